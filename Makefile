@@ -1,0 +1,39 @@
+# Tenure — make targets. `make test` is the test command CI runs.
+GO         ?= go
+TEST_FLAGS ?= -race -count=1 -timeout 18m
+BENCH      ?= .
+BENCH_TIME ?= 1s
+
+.PHONY: all test lint bench integration dev build tidy
+
+all: lint test
+
+## build: compile every package and the tenure binary into bin/
+build:
+	$(GO) build ./...
+	$(GO) build -o bin/tenure ./cmd/tenure
+
+## test: lint, then every test with the race detector
+test: lint
+	$(GO) test $(TEST_FLAGS) ./...
+
+## lint: go vet and gofmt (any unformatted file fails)
+lint:
+	$(GO) vet ./...
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))"; \
+	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
+
+## bench: storage benchmarks against embedded VersityGW and etcd
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) -count 5 ./storage/...
+
+## integration: the long multi-runner suites
+integration:
+	$(GO) test -race -count=1 -timeout 60m -tags integration ./integration/...
+
+## dev: a local cluster on embedded etcd and S3
+dev:
+	$(GO) run ./cmd/tenure dev
+
+tidy:
+	$(GO) mod tidy

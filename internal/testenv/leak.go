@@ -1,0 +1,88 @@
+package testenv
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+const modulePath = "github.com/tenurehq/tenure/"
+
+// CheckLeaks fails the test if, at cleanup, goroutines running this module's
+// code (other than the test environment's own) outlive the test by more than
+// a few seconds. Register it first so it runs after the test's other
+// cleanups. Not for parallel tests: their goroutines would count.
+func CheckLeaks(t testing.TB) {
+	t.Helper()
+	before := map[string]bool{}
+	for id := range moduleGoroutines() {
+		before[id] = true
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var leaked []string
+			for id, stack := range moduleGoroutines() {
+				if !before[id] {
+					leaked = append(leaked, stack)
+				}
+			}
+			if len(leaked) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("testenv: %d goroutine(s) leaked:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// moduleGoroutines returns the stacks of goroutines that run or were started
+// by this module's code outside internal/testenv and internal/embedded, keyed
+// by goroutine id.
+func moduleGoroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		id, ok := strings.CutPrefix(header, "goroutine ")
+		if !ok {
+			continue
+		}
+		id, _, _ = strings.Cut(id, " ")
+		if ours(g) {
+			out[id] = g
+		}
+	}
+	return out
+}
+
+func ours(stack string) bool {
+	for _, line := range strings.Split(stack, "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "created by "))
+		if !strings.HasPrefix(line, modulePath) {
+			continue
+		}
+		rest := strings.TrimPrefix(line, modulePath)
+		if strings.HasPrefix(rest, "internal/testenv") || strings.HasPrefix(rest, "internal/embedded") {
+			continue
+		}
+		// Test functions themselves (the goroutine running this cleanup).
+		if strings.Contains(rest, ".Test") || strings.Contains(rest, ".Benchmark") {
+			continue
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,18 @@
+// Package storage defines Tenure's two storage ports and the types they
+// exchange.
+//
+// The object store (ObjectStore) holds durable tasks: conditional writes
+// (create-if-absent, replace-if-match) are the only synchronisation Tenure
+// needs on it, and its responses carry the authoritative clock used for task
+// timing. The runner store (RunnerStore) holds cluster membership: runner
+// registrations bound to a lease, shard locks bound to that same lease,
+// watches, the cluster meta record and the dynamic config document.
+//
+// Adapters live in sub-packages: storage/s3 and storage/memstore implement
+// ObjectStore, storage/etcd implements RunnerStore. Every adapter must pass
+// the conformance suites in storage/storagetest.
+//
+// Errors returned by adapters are *OpError values naming the operation, the
+// key and the endpoint, and wrap one of the sentinel errors below so callers
+// can branch with errors.Is.
+package storage

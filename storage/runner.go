@@ -1,0 +1,284 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultGroup is the shard group used when a cluster declares none.
+const DefaultGroup = "default"
+
+// ClusterMeta is the cluster's immutable shape, written once by the first
+// runner; every later runner must agree with it.
+type ClusterMeta struct {
+	Shards    int       `json:"shards"`     // shards per group
+	Groups    []string  `json:"groups"`     // shard groups, sorted
+	Hash      string    `json:"hash"`       // assignment hash name, e.g. "xxhash64-rendezvous"
+	CreatedAt time.Time `json:"created_at"` // when the record was first written
+}
+
+// Compare returns a *MetaMismatchError for the first field of want that
+// differs from m, or nil. CreatedAt is not compared.
+func (m ClusterMeta) Compare(want ClusterMeta) error {
+	if m.Shards != want.Shards {
+		return &MetaMismatchError{Field: "shards", Stored: strconv.Itoa(m.Shards), Wanted: strconv.Itoa(want.Shards)}
+	}
+	if strings.Join(m.Groups, ",") != strings.Join(want.Groups, ",") {
+		return &MetaMismatchError{Field: "groups", Stored: fmt.Sprintf("%q", m.Groups), Wanted: fmt.Sprintf("%q", want.Groups)}
+	}
+	if m.Hash != want.Hash {
+		return &MetaMismatchError{Field: "hash", Stored: m.Hash, Wanted: want.Hash}
+	}
+	return nil
+}
+
+// RunnerInfo is a runner's registration record.
+type RunnerInfo struct {
+	ID        string    `json:"id"`         // unique, stable runner id
+	Addr      string    `json:"addr"`       // address other processes reach it at (admin/RPC), may be empty
+	Weight    float64   `json:"weight"`     // assignment weight; 0 drains the runner
+	Groups    []string  `json:"groups"`     // shard groups it serves
+	Version   string    `json:"version"`    // software version
+	StartedAt time.Time `json:"started_at"` // process start
+
+	// LeaseID is the lease the record is bound to; filled in on read.
+	LeaseID int64 `json:"-"`
+}
+
+// ShardID names one shard: its group and its index in [0, shards).
+type ShardID struct {
+	Group string
+	Index int
+}
+
+// String returns "group/index".
+func (s ShardID) String() string { return s.Group + "/" + strconv.Itoa(s.Index) }
+
+// Less orders shards by group, then index.
+func (s ShardID) Less(o ShardID) bool {
+	if s.Group != o.Group {
+		return s.Group < o.Group
+	}
+	return s.Index < o.Index
+}
+
+// ShardLock is a held shard lock as stored.
+type ShardLock struct {
+	Shard      ShardID
+	RunnerID   string    // holder's runner id
+	AcquiredAt time.Time // holder's clock at acquisition
+	LeaseID    int64     // holder's lease: the lock's identity
+	// Epoch is the lock key's creation revision: strictly increasing across
+	// successive holders of the shard, and used as a fencing token.
+	Epoch int64
+}
+
+// AcquireStatus is the outcome of acquiring one shard.
+type AcquireStatus int
+
+const (
+	// Acquired: the lock is ours (newly created, or already held by our lease).
+	Acquired AcquireStatus = iota + 1
+	// Held: another lease holds the lock.
+	Held
+	// Failed: the attempt itself failed; see Err.
+	Failed
+)
+
+func (s AcquireStatus) String() string {
+	switch s {
+	case Acquired:
+		return "acquired"
+	case Held:
+		return "held"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// AcquireResult is the per-shard outcome of Session.AcquireShards.
+type AcquireResult struct {
+	Shard  ShardID
+	Status AcquireStatus
+	Epoch  int64  // when Acquired: the lock's epoch
+	Holder string // when Held: the holder's runner id
+	Err    error  // when Failed
+}
+
+// VerifyResult is the per-shard outcome of Session.VerifyShards.
+type VerifyResult struct {
+	Shard  ShardID
+	Owned  bool   // the lock exists and is bound to this session's lease
+	Epoch  int64  // when Owned: the lock's epoch
+	Holder string // when held by someone else: the holder's runner id
+}
+
+// LeaseHealth is one keep-alive observation, published after every attempt.
+// It is a snapshot: a consumer that only sees the latest one still knows the
+// streak, the total failures and the deadline.
+type LeaseHealth struct {
+	LeaseID int64
+	OK      bool  // the keep-alive was confirmed
+	Err     error // why it failed, when !OK
+	// LeaseLost: the lease no longer exists (TTL ≤ 0 or lease not found).
+	// Terminal: the session ends after publishing it.
+	LeaseLost bool
+	Streak    int       // consecutive failures, 0 after a success
+	Failures  uint64    // failures since registration
+	SentAt    time.Time // when this attempt was sent (monotonic-bearing)
+	TTL       time.Duration
+	// Deadline is the conservative lease deadline: the send time of the last
+	// confirmed keep-alive plus the TTL granted to it. It is carried
+	// unchanged through failures.
+	Deadline time.Time
+}
+
+// EventKind says what happened to a watched key.
+type EventKind int
+
+const (
+	// EventPut: the key was created or changed.
+	EventPut EventKind = iota + 1
+	// EventDelete: the key was deleted (or expired with its lease).
+	EventDelete
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventPut:
+		return "put"
+	case EventDelete:
+		return "delete"
+	}
+	return "unknown"
+}
+
+// RunnerEvent is a change to runners/.
+type RunnerEvent struct {
+	Kind     EventKind
+	ID       string
+	Runner   RunnerInfo // zero on delete
+	Revision int64      // etcd revision of the change
+	// Resync marks events synthesised by re-listing after the watch was
+	// interrupted (compaction, disconnect): the consumer's view is brought
+	// up to date by them, including deletes it missed.
+	Resync bool
+	// Err is set when the stored record could not be decoded; Runner is zero
+	// and the consumer should treat the runner as absent.
+	Err error
+}
+
+// LockEvent is a change to shards/.
+type LockEvent struct {
+	Kind     EventKind
+	Shard    ShardID
+	Lock     ShardLock // zero on delete
+	Revision int64
+	Resync   bool  // see RunnerEvent.Resync
+	Err      error // see RunnerEvent.Err
+}
+
+// ConfigValue is the dynamic config document as stored.
+type ConfigValue struct {
+	Value    []byte // raw document; nil when absent
+	Revision int64  // modification revision; 0 when absent
+}
+
+// ConfigEvent is a change to the config key.
+type ConfigEvent struct {
+	Kind     EventKind
+	Value    ConfigValue
+	Revision int64
+	Resync   bool
+}
+
+// RunnerStore is the runner-storage port. Implementations are safe for
+// concurrent use and bound every call by their request timeout.
+type RunnerStore interface {
+	// EnsureMeta writes the cluster meta if absent and returns the stored
+	// record; a stored record that disagrees with m yields a
+	// *MetaMismatchError.
+	EnsureMeta(ctx context.Context, m ClusterMeta) (ClusterMeta, error)
+	// Meta returns the stored cluster meta, or ErrNotFound.
+	Meta(ctx context.Context) (ClusterMeta, error)
+
+	// Register grants a new lease of ttl and writes the runner record under
+	// it, starting the keep-alive loop. A live record with the same id yields
+	// ErrRunnerExists.
+	Register(ctx context.Context, r RunnerInfo, ttl time.Duration) (Session, error)
+	// Runners lists live runners with the revision of the read. Undecodable
+	// records are left out and reported as an error wrapping ErrCorrupt
+	// alongside the decodable ones.
+	Runners(ctx context.Context) ([]RunnerInfo, int64, error)
+	// ShardLocks lists held shard locks with the revision of the read;
+	// undecodable records are handled as in Runners.
+	ShardLocks(ctx context.Context) ([]ShardLock, int64, error)
+
+	// WatchRunners streams changes to runners/, starting with a put for every
+	// live runner. The channel closes when ctx ends.
+	WatchRunners(ctx context.Context) <-chan RunnerEvent
+	// WatchShardLocks streams changes to shards/, starting with a put for
+	// every held lock. The channel closes when ctx ends.
+	WatchShardLocks(ctx context.Context) <-chan LockEvent
+
+	// Config returns the dynamic config document (zero value when absent).
+	Config(ctx context.Context) (ConfigValue, error)
+	// PutConfig writes the dynamic config document if its current revision
+	// is prevRevision (0: it must not exist), returning the new revision or
+	// ErrPrecondition.
+	PutConfig(ctx context.Context, value []byte, prevRevision int64) (int64, error)
+	// WatchConfig streams changes to the config key, starting with its
+	// current value when present. The channel closes when ctx ends.
+	WatchConfig(ctx context.Context) <-chan ConfigEvent
+
+	// Close releases the store's resources. It does not revoke sessions'
+	// leases: close sessions first for a clean exit.
+	Close() error
+}
+
+// Session is one registration of a runner: its lease, the keep-alive loop
+// that extends it, and the shard locks bound to it.
+type Session interface {
+	// RunnerID is the registered runner's id.
+	RunnerID() string
+	// LeaseID is the lease every key of the session is bound to.
+	LeaseID() int64
+	// TTL is the lease TTL granted at registration.
+	TTL() time.Duration
+
+	// Health subscribes to keep-alive observations. The channel holds only
+	// the latest observation (older unread ones are replaced, never queued),
+	// starts with the current one, and closes when ctx ends or the session
+	// ends.
+	Health(ctx context.Context) <-chan LeaseHealth
+	// LastHealth returns the latest observation.
+	LastHealth() LeaseHealth
+	// Done is closed when the keep-alive loop ends: lease lost, Orphan or
+	// Close.
+	Done() <-chan struct{}
+
+	// UpdateRunner rewrites the runner record under the session's lease (for
+	// instance to change the weight). The id must not change.
+	UpdateRunner(ctx context.Context, r RunnerInfo) error
+	// AcquireShards tries to lock every shard for this lease, with bounded
+	// concurrency. The error is non-nil only when no attempt could be made;
+	// per-shard failures are in the results.
+	AcquireShards(ctx context.Context, shards []ShardID) ([]AcquireResult, error)
+	// VerifyShards checks, in one read, which shards are still locked by this
+	// lease.
+	VerifyShards(ctx context.Context, shards []ShardID) ([]VerifyResult, error)
+	// ReleaseShard deletes the shard's lock if this lease holds it; a lock
+	// held by another lease yields ErrNotOwner, a missing one nil.
+	ReleaseShard(ctx context.Context, shard ShardID) error
+
+	// Orphan stops the keep-alive loop without revoking the lease: the lease
+	// and every key bound to it expire after the TTL, as after a crash.
+	Orphan()
+	// Close stops the keep-alive loop and revokes the lease, deleting the
+	// runner record and every shard lock at once.
+	Close(ctx context.Context) error
+}
