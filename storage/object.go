@@ -68,7 +68,15 @@ type ObjectStore interface {
 	// Replace writes body at key only if the stored object's ETag is ifMatch.
 	// It returns the new ETag, or ErrPrecondition when the object changed or
 	// no longer exists (servers differ between 404 and 412 there; both are
-	// reported as ErrPrecondition so callers re-read to learn which).
+	// reported as ErrPrecondition so callers re-read to learn which). An
+	// empty or "*" ifMatch is refused with ErrInvalid.
+	//
+	// ETags identify bodies (S3 uses their MD5), so rewriting an identical
+	// body keeps the ETag: callers that rely on Replace to detect a change
+	// must make every write's body differ (a timestamp or version does). A
+	// conditional write retried after its response was lost may report
+	// ErrPrecondition although the first attempt was applied; re-reading
+	// resolves that as any lost race.
 	Replace(ctx context.Context, key string, body []byte, ifMatch string) (etag string, err error)
 	// Put writes body at key unconditionally.
 	Put(ctx context.Context, key string, body []byte) (etag string, err error)

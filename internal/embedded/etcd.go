@@ -74,6 +74,16 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 }
 
 func startEtcd(c EtcdConfig) (*Etcd, error) {
+	cfg, err := memberConfig(c, "tenure")
+	if err != nil {
+		return nil, err
+	}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	return launch(cfg, c.StartTimeout)
+}
+
+// memberConfig builds one member's embed config, without InitialCluster.
+func memberConfig(c EtcdConfig, name string) (*embed.Config, error) {
 	cu, err := url.Parse("http://" + c.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: etcd client address %q: %w", c.ClientAddr, err)
@@ -83,13 +93,12 @@ func startEtcd(c EtcdConfig) (*Etcd, error) {
 		return nil, fmt.Errorf("embedded: etcd peer address %q: %w", c.PeerAddr, err)
 	}
 	cfg := embed.NewConfig()
-	cfg.Name = "tenure"
+	cfg.Name = name
 	cfg.Dir = c.Dir
 	cfg.ListenClientUrls = []url.URL{*cu}
 	cfg.AdvertiseClientUrls = []url.URL{*cu}
 	cfg.ListenPeerUrls = []url.URL{*pu}
 	cfg.AdvertisePeerUrls = []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	if c.Fast {
 		cfg.TickMs = 10
 		cfg.ElectionMs = 100
@@ -104,22 +113,77 @@ func startEtcd(c EtcdConfig) (*Etcd, error) {
 		lg = zap.NewNop()
 	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	return cfg, nil
+}
 
+// launch starts a member and waits until it serves clients.
+func launch(cfg *embed.Config, timeout time.Duration) (*Etcd, error) {
+	addr := cfg.ListenClientUrls[0].Host
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("embedded: start etcd at %s: %w", c.ClientAddr, err)
+		return nil, fmt.Errorf("embedded: start etcd at %s: %w", addr, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
-		return nil, fmt.Errorf("embedded: etcd at %s failed while starting: %w", c.ClientAddr, err)
-	case <-time.After(c.StartTimeout):
+		return nil, fmt.Errorf("embedded: etcd at %s failed while starting: %w", addr, err)
+	case <-time.After(timeout):
 		e.Server.Stop()
 		e.Close()
-		return nil, fmt.Errorf("embedded: etcd at %s not ready after %s", c.ClientAddr, c.StartTimeout)
+		return nil, fmt.Errorf("embedded: etcd at %s not ready after %s", addr, timeout)
 	}
-	return &Etcd{e: e, endpoint: cu.String()}, nil
+	return &Etcd{e: e, endpoint: "http://" + addr}, nil
+}
+
+// StartEtcdCluster starts an n-member cluster with fast timings, members'
+// data in dir/member-<i>, on free loopback ports. It is for tests that need
+// quorum loss: stopping a majority leaves the rest without a leader.
+func StartEtcdCluster(dir string, n int, logger *zap.Logger) ([]*Etcd, error) {
+	if n < 1 {
+		return nil, errors.New("embedded: etcd cluster needs at least one member")
+	}
+	cfgs := make([]*embed.Config, n)
+	var initial []string
+	for i := range cfgs {
+		ca, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		pa, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("m%d", i)
+		cfgs[i], err = memberConfig(EtcdConfig{Dir: fmt.Sprintf("%s/member-%d", dir, i), ClientAddr: ca, PeerAddr: pa, Fast: true, Logger: logger}, name)
+		if err != nil {
+			return nil, err
+		}
+		initial = append(initial, name+"=http://"+pa)
+	}
+	members := make([]*Etcd, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.InitialClusterToken = "tenure-test"
+		// Members wait for each other: start them together.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			members[i], errs[i] = launch(cfg, 30*time.Second)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, m := range members {
+			if m != nil {
+				m.Close()
+			}
+		}
+		return nil, err
+	}
+	return members, nil
 }
 
 // Endpoint is the client URL, e.g. "http://127.0.0.1:2379".

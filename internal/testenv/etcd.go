@@ -92,3 +92,19 @@ func ClientAt(t testing.TB, endpoint string) *clientv3.Client {
 func Prefix(t testing.TB) string {
 	return path.Join("/tenure-test", Name(t, 60)) + "/"
 }
+
+// NewEtcdCluster starts an n-member etcd cluster owned by the test and stops
+// it at cleanup.
+func NewEtcdCluster(t testing.TB, n int) []*Etcd {
+	t.Helper()
+	ms, err := embedded.StartEtcdCluster(t.TempDir(), n, nil)
+	if err != nil {
+		t.Fatalf("testenv: etcd cluster: %v", err)
+	}
+	out := make([]*Etcd, n)
+	for i, m := range ms {
+		t.Cleanup(m.Close)
+		out[i] = &Etcd{m}
+	}
+	return out
+}

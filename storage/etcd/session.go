@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurehq/tenure/storage"
@@ -185,7 +187,7 @@ func (ss *Session) keepAlive(lastSent time.Time) {
 		}
 		sentAt := time.Now()
 		cctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ss.ctx), ss.timeout)
-		resp, err := ss.s.cli.KeepAliveOnce(cctx, ss.lease)
+		resp, err := ss.keepAliveOnce(cctx)
 		cancel()
 		if ss.ctx.Err() != nil {
 			ss.end(storage.ErrSessionClosed)
@@ -228,6 +230,31 @@ func (ss *Session) keepAlive(lastSent time.Time) {
 		}
 		timer.Reset(max(wait, 0))
 	}
+}
+
+// keepAliveOnce renews the lease once on its own stream. clientv3's
+// KeepAliveOnce reports a stream the server has already ended (no leader,
+// say) as a bare EOF from Send; the status it ended with is what Recv
+// returns, so read that.
+func (ss *Session) keepAliveOnce(ctx context.Context) (*pb.LeaseKeepAliveResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pb.NewLeaseClient(ss.s.cli.ActiveConnection()).LeaseKeepAlive(ctx)
+	if err != nil {
+		return nil, rpctypes.Error(err)
+	}
+	defer stream.CloseSend()
+	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(ss.lease)}); err != nil {
+		if _, rerr := stream.Recv(); rerr != nil {
+			err = rerr
+		}
+		return nil, rpctypes.Error(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return nil, rpctypes.Error(err)
+	}
+	return resp, nil
 }
 
 // publish updates the latest observation and hands it to every subscriber,

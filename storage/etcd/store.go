@@ -127,7 +127,7 @@ func classify(parent context.Context, timeout time.Duration, err error) error {
 		return context.Cause(parent)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return storage.Wrap(storage.ErrLeaseLost, err)
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
 		return storage.Wrap(storage.ErrUnavailable, fmt.Errorf("no answer within %s: %w", timeout, err))
 	}
 	if isAuthError(err) {
