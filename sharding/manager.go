@@ -1,0 +1,293 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/detachment"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// Manager runs one runner's side of the cluster: its registration and
+// lease, the detachment machine fed by keep-alive health and storage
+// outcomes, and the shard loop that acquires, verifies and releases the
+// shards the assignment gives it. It hands owned shards to a Handler.
+//
+// Invariants, kept under mu:
+//   - owned is empty unless the machine is attached, and every owned
+//     context derives from the attachment context of generation gen;
+//   - suspended holds the locks believed still ours while detached; they
+//     are re-verified before any of them is owned again;
+//   - only the loop goroutine makes lock calls (acquire, verify, release).
+type Manager struct {
+	store   storage.RunnerStore
+	meta    storage.ClusterMeta
+	cfg     Config
+	log     *slog.Logger
+	machine *detachment.Machine
+	metrics *metrics
+	notify  *notifier
+
+	rebalanceSoon trigger // debounced membership change or explicit request
+	attachSoon    trigger // the machine re-attached
+	reregister    trigger // the lease is gone
+	lockEvents    chan storage.LockEvent
+	drainReq      chan chan error
+	debounce      *debouncer
+
+	mu         sync.Mutex
+	self       storage.RunnerInfo
+	session    storage.Session
+	draining   bool
+	attached   bool
+	gen        uint64
+	owned      map[storage.ShardID]*owned
+	suspended  map[storage.ShardID]int64 // shard → epoch
+	pending    map[storage.ShardID]*pendingShard
+	runners    map[string]storage.RunnerInfo
+	holders    Assignment // shard → holder's runner id, from the lock watch
+	assignment Assignment
+	running    bool
+}
+
+// Option configures a Manager.
+type Option func(*managerOptions)
+
+type managerOptions struct {
+	handler  Handler
+	registry prometheus.Registerer
+	logger   *slog.Logger
+	clock    detachment.Clock
+}
+
+// WithHandler sets the shard host (default NopHandler).
+func WithHandler(h Handler) Option { return func(o *managerOptions) { o.handler = h } }
+
+// WithRegistry registers the manager's metrics on reg (default: a private
+// registry, so nothing is global).
+func WithRegistry(reg prometheus.Registerer) Option {
+	return func(o *managerOptions) { o.registry = reg }
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *managerOptions) { o.logger = l } }
+
+// WithClock sets the detachment machine's clock (default: the system clock).
+func WithClock(c detachment.Clock) Option { return func(o *managerOptions) { o.clock = c } }
+
+// New returns a Manager for the runner self in the cluster described by
+// meta. Nothing happens until Run.
+func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Config, opts ...Option) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil runner store", ErrInvalidConfig)
+	}
+	if self.ID == "" {
+		return nil, fmt.Errorf("%w: runner id is empty", ErrInvalidConfig)
+	}
+	if math.IsNaN(self.Weight) || math.IsInf(self.Weight, 0) || self.Weight < 0 {
+		return nil, fmt.Errorf("%w: runner %s weight %v must be a finite number ≥ 0 (0 drains)", ErrInvalidConfig, self.ID, self.Weight)
+	}
+	if meta.Shards < 1 {
+		return nil, fmt.Errorf("%w: cluster meta shards = %d: must be ≥ 1", ErrInvalidConfig, meta.Shards)
+	}
+	if len(meta.Groups) == 0 {
+		return nil, fmt.Errorf("%w: cluster meta groups: at least one shard group is needed", ErrInvalidConfig)
+	}
+	o := managerOptions{handler: NopHandler{}, logger: slog.New(slog.DiscardHandler), clock: detachment.SystemClock()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.registry == nil {
+		o.registry = prometheus.NewRegistry()
+	}
+	machine, err := detachment.New(cfg.Detachment, cfg.LeaseTTL, detachment.WithClock(o.clock),
+		detachment.WithTimerLead(timerLead(cfg.Detachment.DetachMargin)))
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		store:         store,
+		meta:          meta,
+		cfg:           cfg,
+		log:           o.logger.With("runner", self.ID),
+		machine:       machine,
+		notify:        &notifier{h: o.handler},
+		rebalanceSoon: newTrigger(),
+		attachSoon:    newTrigger(),
+		reregister:    newTrigger(),
+		lockEvents:    make(chan storage.LockEvent, 256),
+		drainReq:      make(chan chan error),
+		self:          self,
+		owned:         map[storage.ShardID]*owned{},
+		suspended:     map[storage.ShardID]int64{},
+		pending:       map[storage.ShardID]*pendingShard{},
+		runners:       map[string]storage.RunnerInfo{},
+		holders:       Assignment{},
+	}
+	m.debounce = &debouncer{delay: cfg.RebalanceDebounce, t: m.rebalanceSoon}
+	m.metrics = newMetrics(o.registry, m.deadlineLag)
+	machine.Subscribe(m.onTransition)
+	return m, nil
+}
+
+// Machine returns the detachment machine (for status and live config).
+func (m *Manager) Machine() *detachment.Machine { return m.machine }
+
+// Run registers the runner and runs until ctx ends, then stops: it
+// interrupts every shard, revokes the lease (freeing the locks at once) and
+// returns. Use Drain first for a graceful handoff. A registration that finds
+// the runner id still held by a previous incarnation is retried until that
+// lease expires.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return errors.New("sharding: Run called twice")
+	}
+	m.running = true
+	m.mu.Unlock()
+
+	// A runner that disagrees with the cluster about its shape must not
+	// take part: its assignment would differ from everyone else's.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := m.store.EnsureMeta(cctx, m.meta)
+	cancel()
+	if err != nil {
+		m.machine.Close()
+		return fmt.Errorf("sharding: runner %s: %w", m.self.ID, err)
+	}
+	if err := m.registerInitial(ctx); err != nil {
+		m.machine.Close()
+		return err
+	}
+	var wg sync.WaitGroup
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	wg.Add(3)
+	go func() { defer wg.Done(); m.watchRunners(loopCtx) }()
+	go func() { defer wg.Done(); m.watchLocks(loopCtx) }()
+	go func() { defer wg.Done(); m.loop(loopCtx) }()
+
+	<-ctx.Done()
+	// Shutdown order: stop taking work, interrupt, release, close.
+	stopLoop()
+	wg.Wait()
+	m.debounce.stop()
+	m.machine.Detach(detachment.ReasonStopped) // cancels every shard context
+	m.machine.Close()
+	m.mu.Lock()
+	ss := m.session
+	clear(m.suspended)
+	clear(m.pending)
+	m.mu.Unlock()
+	if ss != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
+		defer cancel()
+		if err := ss.Close(cctx); err != nil {
+			m.log.Warn("revoking the lease failed; locks free when it expires", "err", err)
+		}
+	}
+	return nil
+}
+
+// Drain hands every shard over gracefully: the runner's weight drops to 0
+// (so the others take its shards), and its shards are released one by one,
+// each interrupted and requeued before its lock is deleted. It returns when
+// no shard is owned, or with ctx's error.
+func (m *Manager) Drain(ctx context.Context) error {
+	done := make(chan error, 1)
+	select {
+	case m.drainReq <- done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Status is a consistent snapshot of the manager.
+type Status struct {
+	RunnerID     string
+	LeaseID      int64
+	Attached     bool
+	Draining     bool
+	Detachment   detachment.State
+	Owned        []Ownership       // sorted by shard; empty unless attached
+	Assigned     []storage.ShardID // what the assignment gives this runner
+	Pending      []storage.ShardID // assigned, held elsewhere, being retried
+	Runners      int               // live runners in the view
+	GenerationOK bool              // owned contexts belong to the current attachment
+}
+
+// Status returns a snapshot. Owned is read under the same lock as the
+// attachment flag, so a detached runner never shows owned shards.
+func (m *Manager) Status() Status {
+	ds := m.machine.State()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{
+		RunnerID:     m.self.ID,
+		Attached:     m.attached && ds.Attached,
+		Draining:     m.draining,
+		Detachment:   ds,
+		Runners:      len(m.runners),
+		GenerationOK: m.gen == ds.Generation,
+	}
+	if m.session != nil {
+		st.LeaseID = m.session.LeaseID()
+	}
+	for _, o := range m.owned {
+		st.Owned = append(st.Owned, o.Ownership)
+	}
+	slices.SortFunc(st.Owned, func(a, b Ownership) int { return cmpShard(a.Shard, b.Shard) })
+	st.Assigned = m.assignment.ShardsOf(m.self.ID)
+	for s := range m.pending {
+		st.Pending = append(st.Pending, s)
+	}
+	slices.SortFunc(st.Pending, cmpShard)
+	return st
+}
+
+func cmpShard(a, b storage.ShardID) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
+}
+
+// Owned returns the shards owned now, sorted.
+func (m *Manager) Owned() []Ownership { return m.Status().Owned }
+
+func (m *Manager) deadlineLag() float64 {
+	st := m.machine.State()
+	if st.Deadline.IsZero() {
+		return 0
+	}
+	return time.Until(st.Deadline).Seconds()
+}
+
+// timerLead is how much earlier than deadline - margin the machine's cutoff
+// timer fires, to absorb timer latency so the runner detaches no later than
+// the cutoff on a real, loaded clock: a twentieth of the margin, within
+// [5ms, 250ms].
+func timerLead(margin time.Duration) time.Duration {
+	return min(max(margin/20, 5*time.Millisecond), 250*time.Millisecond)
+}

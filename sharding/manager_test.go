@@ -1,0 +1,550 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tenurehq/tenure/detachment"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
+)
+
+// TestConvergeAndJoin: three runners own every shard exactly once, as the
+// assignment says; a fourth joins and only the shards whose assignment
+// changed move.
+func TestConvergeAndJoin(t *testing.T) {
+	testenv.CheckLeaks(t)
+	c := newCluster(t, 64, testConfig())
+	smp := c.sample()
+	for _, id := range []string{"r1", "r2", "r3"} {
+		c.start(id, 1)
+	}
+	before := c.waitConverged(c.members(), 15*time.Second)
+	epochs := map[storage.ShardID]int64{}
+	for _, r := range c.members() {
+		for _, o := range r.mgr.Owned() {
+			epochs[o.Shard] = o.Epoch
+		}
+	}
+	joinedAt := time.Now()
+	c.start("r4", 1)
+	after := c.waitConverged(c.members(), 15*time.Second)
+
+	var moved []storage.ShardID
+	for s, owner := range after {
+		if before[s] != owner {
+			moved = append(moved, s)
+			if owner != "r4" {
+				t.Errorf("shard %s moved from %s to %s: only shards for the new runner should move", s, before[s], owner)
+			}
+		}
+	}
+	// Every acquisition after the join is the new runner's: nothing else was
+	// released and taken back. (A handler may hear of an acquisition made
+	// before the join a little after it: same epoch, not a move.)
+	for _, sp := range c.ledger.acquiredAfter(joinedAt) {
+		if sp.runner != "r4" && sp.epoch != epochs[sp.shard] {
+			t.Errorf("%s acquired shard %s (epoch %d) after the join", sp.runner, sp.shard, sp.epoch)
+		}
+	}
+	ideal := float64(64) / 4
+	t.Logf("join: %d shards moved, all to the new runner; ideal %.1f", len(moved), ideal)
+	if float64(len(moved)) > 1.2*ideal {
+		t.Errorf("%d shards moved on join, more than 1.2 × the ideal %.1f", len(moved), ideal)
+	}
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
+
+// TestPartition cuts one runner off from etcd: it must detach before its
+// lease deadline minus the margin with every shard context cancelled, its
+// shards must be re-owned by the others only after its lease expired, and it
+// must come back under a new lease once healed.
+func TestPartition(t *testing.T) {
+	testenv.CheckLeaks(t)
+	cfg := testConfig()
+	c := newCluster(t, 24, cfg)
+	smp := c.sample()
+	a := c.start("a", 1)
+	c.start("b", 1)
+	c.start("c", 1)
+	before := c.waitConverged(c.members(), 15*time.Second)
+	var shardsOfA []storage.ShardID
+	for s, r := range before {
+		if r == "a" {
+			shardsOfA = append(shardsOfA, s)
+		}
+	}
+	if len(shardsOfA) == 0 {
+		t.Fatal("runner a owns nothing")
+	}
+	ctxsOfA := map[storage.ShardID]context.Context{}
+	for _, o := range a.mgr.Owned() {
+		ctxsOfA[o.Shard] = o.Ctx
+	}
+	// At the detach transition, every entity context of a must already be
+	// cancelled.
+	liveAtDetach := make(chan int, 4)
+	a.mgr.Machine().Subscribe(func(tr detachment.Transition) {
+		if tr.Kind != detachment.Detached {
+			return
+		}
+		live := 0
+		for _, ctx := range ctxsOfA {
+			if ctx.Err() == nil {
+				live++
+			}
+		}
+		liveAtDetach <- live
+	})
+	leaseA := a.mgr.Status().LeaseID
+
+	cutAt := time.Now()
+	a.proxy.SetMode(testenv.Blackhole)
+	select {
+	case live := <-liveAtDetach:
+		if live != 0 {
+			t.Fatalf("%d of a's shard contexts still live when it detached", live)
+		}
+	case <-time.After(3 * cfg.LeaseTTL):
+		t.Fatal("partitioned runner never detached")
+	}
+	det := a.transitionsOf(detachment.Detached)[0]
+	margin := cfg.Detachment.DetachMargin
+	if cutoff := det.Deadline.Add(-margin); det.At.After(cutoff) {
+		t.Fatalf("detached at %v, after the deadline %v minus the margin %s", det.At, det.Deadline, margin)
+	}
+	t.Logf("partitioned runner detached %s after the cut (%s), %s before its cutoff", det.At.Sub(cutAt), det.Reason, det.Deadline.Add(-margin).Sub(det.At))
+	if st := a.mgr.Status(); st.Attached || len(st.Owned) != 0 {
+		t.Fatalf("detached runner reports attached=%v with %d owned shards", st.Attached, len(st.Owned))
+	}
+
+	rest := []*testRunner{c.runners["b"], c.runners["c"]}
+	// b and c take a's shards once its lease has expired in etcd.
+	waitFor(t, "b and c to own a's shards", 10*cfg.LeaseTTL, func() bool {
+		own, _ := c.ownership(rest)
+		for _, s := range shardsOfA {
+			if own[s] == "" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, sp := range c.ledger.acquiredAfter(cutAt) {
+		if sp.runner == "a" {
+			continue
+		}
+		// a's lease lives at least until the deadline it computed from its
+		// last confirmed keep-alive; nobody may own its shards before.
+		if sp.start.Before(det.Deadline) {
+			t.Errorf("%s took shard %s at %v, before a's lease deadline %v", sp.runner, sp.shard, sp.start, det.Deadline)
+		}
+	}
+
+	// Heal: a finds its lease gone, registers anew, recovers and rejoins.
+	a.proxy.SetMode(testenv.Pass)
+	c.waitConverged(c.members(), 20*time.Second)
+	if got := a.mgr.Status().LeaseID; got == leaseA {
+		t.Fatalf("a rejoined under its old lease %x", leaseA)
+	}
+	if n := len(a.transitionsOf(detachment.Attached)); n < 2 {
+		t.Fatalf("a attached %d times, want a re-attachment", n)
+	}
+	if v := testutil.ToFloat64(a.mgr.metrics.leaseLost); v < 1 {
+		t.Fatalf("lease_lost_total = %v", v)
+	}
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLockLossInterruptsAtOnce: a lock deleted behind the owner's back
+// interrupts the shard through the watch, and the owner takes it back under
+// a new epoch.
+func TestLockLossInterruptsAtOnce(t *testing.T) {
+	c := newCluster(t, 4, testConfig())
+	r := c.start("solo", 1)
+	c.waitConverged(c.members(), 10*time.Second)
+	o := r.mgr.Owned()[0]
+	cli := c.srv.Client(t)
+	deletedAt := time.Now()
+	if _, err := cli.Delete(context.Background(), c.ns+"shards/"+o.Shard.Group+"/"+strconv.Itoa(o.Shard.Index)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-o.Ctx.Done():
+	case <-time.After(c.cfg.LockRefreshInterval):
+		t.Fatal("shard context not cancelled within one refresh interval of its lock's deletion")
+	}
+	var lost *LostError
+	if !errors.As(context.Cause(o.Ctx), &lost) || lost.Reason != LossLockLost {
+		t.Fatalf("cause %v, want LossLockLost", context.Cause(o.Ctx))
+	}
+	t.Logf("interrupted %s after the delete", time.Since(deletedAt))
+	waitFor(t, "re-acquisition", 5*time.Second, func() bool {
+		for _, n := range r.mgr.Owned() {
+			if n.Shard == o.Shard {
+				if n.Epoch <= o.Epoch {
+					t.Fatalf("re-acquired at epoch %d ≤ %d", n.Epoch, o.Epoch)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	if v := testutil.ToFloat64(r.mgr.metrics.locksLost); v != 1 {
+		t.Fatalf("locks_lost_total = %v", v)
+	}
+}
+
+// foreignHolder takes shard locks with a plain session, as another runner
+// that is not part of the assignment would.
+func foreignHolder(t *testing.T, c *cluster, shards []storage.ShardID) storage.Session {
+	t.Helper()
+	ss, err := c.store().Register(context.Background(), storage.RunnerInfo{ID: "foreign", Weight: 0}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close(context.Background()) })
+	res, err := ss.AcquireShards(context.Background(), shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != storage.Acquired {
+			t.Fatalf("foreign acquire: %+v", r)
+		}
+	}
+	return ss
+}
+
+// TestReacquireWokenByWatch: with polling retries off, a shard held
+// elsewhere is acquired the moment its lock is deleted.
+func TestReacquireWokenByWatch(t *testing.T) {
+	cfg := testConfig()
+	cfg.AcquireRetryWindow = 0
+	cfg.RebalanceInterval = time.Minute
+	c := newCluster(t, 2, cfg)
+	all := []storage.ShardID{{Group: "default", Index: 0}, {Group: "default", Index: 1}}
+	holder := foreignHolder(t, c, all)
+	r := c.start("waiter", 1)
+	waitFor(t, "both shards pending", 10*time.Second, func() bool { return len(r.mgr.Status().Pending) == 2 })
+	for _, s := range all {
+		if err := holder.ReleaseShard(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Now()
+		waitFor(t, "acquisition of "+s.String(), 5*time.Second, func() bool {
+			return slices.ContainsFunc(r.mgr.Owned(), func(o Ownership) bool { return o.Shard == s })
+		})
+		if gap := time.Since(released); gap > 100*time.Millisecond {
+			t.Errorf("shard %s acquired %s after its release; want ≤ 100ms (watch-driven)", s, gap)
+		}
+	}
+	if v := testutil.ToFloat64(r.mgr.metrics.acquireRetries); v != 0 {
+		t.Fatalf("acquire_retry_attempts_total = %v with retries disabled", v)
+	}
+}
+
+// TestRetryWindowExhausted: a shard held elsewhere is retried every interval
+// for the window, then the exhaustion is counted; it is still taken when
+// freed.
+func TestRetryWindowExhausted(t *testing.T) {
+	cfg := testConfig()
+	cfg.AcquireRetryInterval = 50 * time.Millisecond
+	cfg.AcquireRetryWindow = 300 * time.Millisecond
+	c := newCluster(t, 1, cfg)
+	sh := storage.ShardID{Group: "default", Index: 0}
+	holder := foreignHolder(t, c, []storage.ShardID{sh})
+	r := c.start("retrier", 1)
+	waitFor(t, "window exhaustion", 5*time.Second, func() bool {
+		return testutil.ToFloat64(r.mgr.metrics.retryWindowExhausts) >= 1
+	})
+	if v := testutil.ToFloat64(r.mgr.metrics.acquireRetries); v < 3 {
+		t.Fatalf("only %v retries in a 300ms window at 50ms", v)
+	}
+	if err := holder.ReleaseShard(context.Background(), sh); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "acquisition after release", 5*time.Second, func() bool { return len(r.mgr.Owned()) == 1 })
+}
+
+// TestObserveModeNeverInterrupts: in observe mode a partition is reported as
+// would-detach, and nothing is interrupted while the lease lives.
+func TestObserveModeNeverInterrupts(t *testing.T) {
+	cfg := testConfig()
+	cfg.Detachment.Mode = detachment.ModeObserve
+	cfg.LeaseTTL = 6 * time.Second
+	cfg.KeepAliveInterval = time.Second
+	cfg.KeepAliveTimeout = 300 * time.Millisecond
+	cfg.Detachment.DetachMargin = 2 * time.Second
+	cfg.LockRefreshInterval = time.Second
+	c := newCluster(t, 4, cfg)
+	r := c.start("observer", 1)
+	c.waitConverged(c.members(), 10*time.Second)
+	owned := r.mgr.Owned()
+	r.proxy.SetMode(testenv.Blackhole)
+	waitFor(t, "would-detach", 10*time.Second, func() bool {
+		return testutil.ToFloat64(r.mgr.metrics.wouldDetach.WithLabelValues(string(detachment.ReasonKeepAliveFailures))) >= 1
+	})
+	for _, o := range owned {
+		if o.Ctx.Err() != nil {
+			t.Fatalf("observe mode cancelled shard %s", o.Shard)
+		}
+	}
+	if st := r.mgr.Status(); !st.Attached || len(st.Owned) != len(owned) {
+		t.Fatalf("observe mode: attached=%v owned=%d", st.Attached, len(st.Owned))
+	}
+	if v := testutil.ToFloat64(r.mgr.metrics.detachments.WithLabelValues(string(detachment.ReasonKeepAliveFailures))); v != 0 {
+		t.Fatalf("detachments_total = %v in observe mode", v)
+	}
+	r.proxy.SetMode(testenv.Pass)
+}
+
+// TestDrainHandsOver: a draining runner hands each shard over (handler
+// asked to requeue while the lock is still held), and successors pick each
+// up within milliseconds of its release.
+func TestDrainHandsOver(t *testing.T) {
+	testenv.CheckLeaks(t)
+	c := newCluster(t, 32, testConfig())
+	smp := c.sample()
+	d := c.start("drainer", 1)
+	c.start("heir-1", 1)
+	c.start("heir-2", 1)
+	c.waitConverged(c.members(), 15*time.Second)
+	n := len(d.mgr.Owned())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.mgr.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drained := time.Since(start)
+	waitFor(t, "heirs to own every shard", 10*time.Second, func() bool {
+		own, ok := c.ownership([]*testRunner{c.runners["heir-1"], c.runners["heir-2"]})
+		return ok && len(own) == 32
+	})
+	// Hand-over gaps: from each release to the successor's acquisition.
+	c.ledger.mu.Lock()
+	var gaps []time.Duration
+	for _, a := range c.ledger.spans {
+		if a.runner != "drainer" || a.reason != LossReleased || a.end.Before(start) {
+			continue
+		}
+		for _, b := range c.ledger.spans {
+			if b.shard == a.shard && b.runner != "drainer" && !b.start.Before(a.end) {
+				gaps = append(gaps, b.start.Sub(a.end))
+				break
+			}
+		}
+	}
+	c.ledger.mu.Unlock()
+	if len(gaps) != n {
+		t.Fatalf("%d hand-overs recorded for %d shards", len(gaps), n)
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	t.Logf("drained %d shards in %s; hand-over gap median %s, max %s", n, drained, gaps[len(gaps)/2], gaps[len(gaps)-1])
+	// The gap runs from the handler's handoff (before the lock is deleted)
+	// to the successor's acquisition, woken by the lock watch.
+	if med := gaps[len(gaps)/2]; med >= 100*time.Millisecond {
+		t.Errorf("median hand-over gap %s; want < 100ms", med)
+	}
+	if gaps[len(gaps)-1] > time.Second {
+		t.Errorf("a shard took %s to be picked up after its release", gaps[len(gaps)-1])
+	}
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if err := testConfig().Validate(); err != nil {
+		t.Fatalf("test config invalid: %v", err)
+	}
+	for field, mutate := range map[string]func(*Config){
+		"LeaseTTL":            func(c *Config) { c.LeaseTTL = 1500 * time.Millisecond },
+		"KeepAliveInterval":   func(c *Config) { c.KeepAliveInterval = c.LeaseTTL },
+		"KeepAliveTimeout":    func(c *Config) { c.KeepAliveTimeout = 0 },
+		"LockRefreshInterval": func(c *Config) { c.LockRefreshInterval = c.LeaseTTL },
+		"AcquireRetryWindow":  func(c *Config) { c.AcquireRetryWindow = -1 },
+		"DetachMargin":        func(c *Config) { c.Detachment.DetachMargin = c.LeaseTTL },
+		"RebalanceInterval":   func(c *Config) { c.RebalanceInterval = time.Millisecond },
+	} {
+		c := DefaultConfig()
+		mutate(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: got %v, want an error naming the field", field, err)
+		}
+	}
+}
+
+func TestMetricsRegistered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := newCluster(t, 2, testConfig())
+	_, err := New(nopStore{}, storage.RunnerInfo{ID: "m", Weight: 1}, c.meta, c.cfg, WithRegistry(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	for _, name := range []string{
+		"tenure_sharding_detached", "tenure_sharding_attachments_total", "tenure_sharding_lease_keepalive_failures_total",
+		"tenure_sharding_lease_keepalive_failure_streak", "tenure_sharding_lease_deadline_lag_seconds",
+		"tenure_sharding_acquire_retry_attempts_total", "tenure_sharding_acquire_retry_window_exhausted_total",
+		"tenure_sharding_owned_shards", "tenure_sharding_assigned_shards",
+	} {
+		if !have[name] {
+			t.Errorf("metric %s not registered", name)
+		}
+	}
+}
+
+// nopStore satisfies storage.RunnerStore for tests that never run.
+type nopStore struct{ storage.RunnerStore }
+
+// TestRecoveryBeforeExpiry: a partition healed before the lease expires ends
+// with the runner re-attaching after the recovery window and resuming its
+// shards under the same lease and epochs, without anyone else taking them.
+func TestRecoveryBeforeExpiry(t *testing.T) {
+	testenv.CheckLeaks(t)
+	cfg := testConfig()
+	cfg.LeaseTTL = 8 * time.Second
+	cfg.KeepAliveInterval = 2 * time.Second
+	cfg.KeepAliveTimeout = time.Second
+	cfg.Detachment.DetachMargin = 2500 * time.Millisecond
+	cfg.LockRefreshInterval = 2 * time.Second
+	c := newCluster(t, 16, cfg)
+	smp := c.sample()
+	a := c.start("a", 1)
+	c.start("b", 1)
+	c.waitConverged(c.members(), 15*time.Second)
+	lease := a.mgr.Status().LeaseID
+	epochs := map[storage.ShardID]int64{}
+	for _, o := range a.mgr.Owned() {
+		epochs[o.Shard] = o.Epoch
+	}
+	cutAt := time.Now()
+	a.proxy.SetMode(testenv.Blackhole)
+	waitFor(t, "detachment", cfg.LeaseTTL, func() bool { return len(a.transitionsOf(detachment.Detached)) == 1 })
+	det := a.transitionsOf(detachment.Detached)[0]
+	if det.At.After(det.Deadline.Add(-cfg.Detachment.DetachMargin)) {
+		t.Fatalf("detached at %v, after deadline %v - margin", det.At, det.Deadline)
+	}
+	healAt := time.Now()
+	if healAt.After(det.Deadline) {
+		t.Fatalf("detachment came too late to heal before expiry (deadline %v)", det.Deadline)
+	}
+	a.proxy.SetMode(testenv.Pass)
+	waitFor(t, "re-attachment", 2*cfg.LeaseTTL, func() bool { return len(a.transitionsOf(detachment.Attached)) == 2 })
+	att := a.transitionsOf(detachment.Attached)[1]
+	if gap := att.At.Sub(healAt); gap < cfg.Detachment.RecoverWindow {
+		t.Fatalf("re-attached %s after healing, inside the %s recovery window", gap, cfg.Detachment.RecoverWindow)
+	}
+	c.waitConverged(c.members(), 10*time.Second)
+	st := a.mgr.Status()
+	if st.LeaseID != lease {
+		t.Fatalf("lease changed from %x to %x: the lease should have survived", lease, st.LeaseID)
+	}
+	for _, o := range st.Owned {
+		if epochs[o.Shard] != o.Epoch {
+			t.Fatalf("shard %s resumed at epoch %d, had %d", o.Shard, o.Epoch, epochs[o.Shard])
+		}
+	}
+	for _, sp := range c.ledger.acquiredAfter(cutAt) {
+		if sp.runner == "b" {
+			t.Fatalf("b acquired %s during a's recoverable partition", sp.shard)
+		}
+	}
+	t.Logf("detached %s after the cut (%s); re-attached %s after healing", det.At.Sub(cutAt), det.Reason, att.At.Sub(healAt))
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
+
+// TestDetachWhenLeaderUnreachable: a runner whose etcd member loses its
+// leader sees its keep-alives fail at once (WithRequireLeader) and detaches
+// for keep-alive failures, long before the lease deadline.
+func TestDetachWhenLeaderUnreachable(t *testing.T) {
+	members := testenv.NewEtcdCluster(t, 3)
+	cfg := testConfig()
+	cfg.LeaseTTL = 10 * time.Second
+	cfg.KeepAliveInterval = time.Second
+	cfg.KeepAliveTimeout = 3 * time.Second
+	cfg.Detachment.DetachMargin = 3 * time.Second
+	cfg.LockRefreshInterval = 3 * time.Second
+	st, err := etcd.New(members[0].Client(t), etcd.WithPrefix(testenv.Prefix(t)),
+		etcd.WithKeepAliveInterval(cfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(cfg.KeepAliveTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: HashName}
+	m, err := New(st, storage.RunnerInfo{ID: "r", Weight: 1}, meta, cfg, WithLogger(testLogger(t, "r")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	detached := make(chan detachment.Transition, 1)
+	m.Machine().Subscribe(func(tr detachment.Transition) {
+		if tr.Kind == detachment.Detached {
+			select {
+			case detached <- tr:
+			default:
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "shards owned", 10*time.Second, func() bool { return len(m.Owned()) == 4 })
+	lostAt := time.Now()
+	members[1].Close()
+	members[2].Close()
+	select {
+	case tr := <-detached:
+		if tr.Reason != detachment.ReasonKeepAliveFailures && tr.Reason != detachment.ReasonStorageError {
+			t.Fatalf("detached for %s, want a fast path (keep-alive failures)", tr.Reason)
+		}
+		if lag := tr.Deadline.Sub(tr.At); lag < cfg.Detachment.DetachMargin {
+			t.Fatalf("detached only %s before the deadline: the fast path did not work", lag)
+		}
+		t.Logf("detached %s after quorum loss (%s), %s before the deadline", tr.At.Sub(lostAt), tr.Reason, tr.Deadline.Sub(tr.At))
+	case <-time.After(cfg.LeaseTTL):
+		t.Fatal("runner never detached after its member lost the leader")
+	}
+	if n := len(m.Owned()); n != 0 {
+		t.Fatalf("%d shards owned after detaching", n)
+	}
+}
