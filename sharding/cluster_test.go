@@ -155,7 +155,7 @@ type testRunner struct {
 }
 
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *testenv.Etcd
 	ns     string
 	meta   storage.ClusterMeta
@@ -166,7 +166,9 @@ type cluster struct {
 	runners map[string]*testRunner
 }
 
-func newCluster(t *testing.T, shards int, cfg Config) *cluster {
+func newCluster(t *testing.T, shards int, cfg Config) *cluster { return newClusterTB(t, shards, cfg) }
+
+func newClusterTB(t testing.TB, shards int, cfg Config) *cluster {
 	return &cluster{
 		t:       t,
 		srv:     testenv.SharedEtcd(t),
@@ -243,7 +245,7 @@ func (c *cluster) startWith(id string, weight float64, wrap func(storage.RunnerS
 }
 
 // stop ends the runner's Run (interrupt, revoke) and waits for it.
-func (r *testRunner) stop(t *testing.T) {
+func (r *testRunner) stop(t testing.TB) {
 	if r.cancel == nil {
 		return
 	}

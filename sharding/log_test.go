@@ -9,7 +9,7 @@ import (
 
 // testLogger returns a debug logger whose output is printed only if the test
 // fails (goroutines may still log after the test returns).
-func testLogger(t *testing.T, runner string) *slog.Logger {
+func testLogger(t testing.TB, runner string) *slog.Logger {
 	var mu sync.Mutex
 	var buf bytes.Buffer
 	t.Cleanup(func() {
