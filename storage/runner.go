@@ -196,6 +196,17 @@ type ConfigEvent struct {
 	Resync   bool
 }
 
+// WakeEvent is a wake-up of a shard's owner: someone has work for the shard
+// (a submitted task, a cancel request).
+type WakeEvent struct {
+	Shard    ShardID
+	Note     string // free-form; the task's ready-pointer key by convention
+	Revision int64
+	// Resync reports that the stream was interrupted and wake-ups may have
+	// been missed: re-read the shard's work.
+	Resync bool
+}
+
 // RunnerStore is the runner-storage port. Implementations are safe for
 // concurrent use and bound every call by their request timeout.
 type RunnerStore interface {
@@ -234,6 +245,14 @@ type RunnerStore interface {
 	// WatchConfig streams changes to the config key, starting with its
 	// current value when present. The channel closes when ctx ends.
 	WatchConfig(ctx context.Context) <-chan ConfigEvent
+
+	// Wake tells whoever watches shard that it has work. It is cheap and
+	// best effort: owners also reconcile periodically.
+	Wake(ctx context.Context, shard ShardID, note string) error
+	// WatchWakes streams the wake-ups of shard. It returns once the watch is
+	// established, so every Wake that completes afterwards is delivered (or
+	// covered by a Resync event). The channel closes when ctx ends.
+	WatchWakes(ctx context.Context, shard ShardID) (<-chan WakeEvent, error)
 
 	// Close releases the store's resources. It does not revoke sessions'
 	// leases: close sessions first for a clean exit.

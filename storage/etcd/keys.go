@@ -15,7 +15,12 @@ const (
 	configKey     = "config"
 	runnersPrefix = "runners/"
 	shardsPrefix  = "shards/"
+	wakePrefix    = "wake/"
 )
+
+func wakeKey(s storage.ShardID) string {
+	return wakePrefix + s.Group + "/" + strconv.Itoa(s.Index)
+}
 
 // validName matches runner ids and group names: safe as one key segment.
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

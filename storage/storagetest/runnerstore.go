@@ -61,6 +61,7 @@ func TestRunnerStore(t *testing.T, h RunnerStoreHarness) {
 	t.Run("Config", func(t *testing.T) { testConfig(t, h) })
 	t.Run("WatchResumesAfterDisconnect", func(t *testing.T) { testWatchResume(t, h, false) })
 	t.Run("WatchResumesAfterCompaction", func(t *testing.T) { testWatchResume(t, h, true) })
+	t.Run("Wake", func(t *testing.T) { testWake(t, h) })
 	t.Run("UnavailableIsBounded", func(t *testing.T) { testUnavailableBounded(t, h) })
 	t.Run("CloseEndsWatchesAndSessions", func(t *testing.T) { testStoreClose(t, h) })
 }
