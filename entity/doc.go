@@ -1,4 +1,51 @@
 // Package entity hosts shard entities, Tenure's actors keyed by (type, id),
-// on the shards this runner owns, and implements the durable task protocol
-// on the object store that feeds them.
+// on the shards this runner owns, and executes the durable tasks (package
+// entity/task) addressed to them.
+//
+// # Hosting
+//
+// Host implements sharding.Handler. For every shard the runner acquires it
+// starts an executor that discovers the shard's due tasks, claims each one
+// by compare-and-swap on its S3 object (with the shard's epoch as a fencing
+// token), runs it, and commits the outcome by compare-and-swap. Every
+// context a handler sees derives from the shard's ownership context, which
+// derives from the runner's attachment context: a detachment or a lost
+// shard cancels every handler at once, and no claim, lease renewal or commit
+// is written after that. A planned handoff (rebalance, drain) waits for the
+// handlers to stop and puts their tasks back to pending, while the lock is
+// still held, so the successor starts them at once.
+//
+// Tasks that name an entity run one at a time per entity, in submission
+// order, on one in-memory instance created by the type's factory on its
+// first task; instances are passivated after Config.MaxIdle without work and,
+// least recently used first, beyond Config.MaxResident. Tasks without an
+// entity run concurrently. Concurrency is bounded per shard and per runner.
+//
+// # Discovery and wake-ups
+//
+// An executor lists its shard's ready pointers when it acquires the shard
+// (this is also when it takes over tasks a previous owner left running) and
+// then only every Config.ReconcileInterval. New work reaches it through
+// wake-ups: a submitter bumps the shard's etcd key wake/<group>/<index> with
+// the task's pointer key, and the owner, watching the keys of the shards it
+// owns, queues the task without an S3 LIST. We chose an etcd key bump over
+// an HTTP call to the owner because it needs no routing: the submitter does
+// not have to know who owns the shard or follow it across handoffs (whoever
+// owns the shard watches the key, and a new owner lists on acquisition), it
+// works through the one dependency every runner already has, and etcd
+// delivers the bumps in commit order, so one submitter's tasks for an entity
+// are queued in submission order. The cost is one small etcd write per
+// submission.
+//
+// # Failure
+//
+// A handler error fails the attempt; Permanent marks it final, otherwise the
+// task is retried with exponential backoff (its available_at moves, in S3
+// time) until its attempts run out, and then it is failed with its error
+// history kept. A panic counts as a failed attempt. A task whose object does
+// not decode is moved to failed with its raw bytes kept in the object, and
+// its shard carries on. A task whose type has no handler on this runner is
+// left pending and counted (tenure_entity_tasks_unhandled_total), so that a
+// rolling deployment that adds a type loses nothing: it runs once its shard
+// lands on a runner that knows the type.
 package entity

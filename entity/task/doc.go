@@ -10,7 +10,7 @@
 // Keys are relative to the object store's prefix:
 //
 //	tasks/<group>/<index>/<id>.json              the task, its whole life
-//	ready/<group>/<index>/<due>/<id>[.<ekey>]    an empty ready pointer
+//	ready/<group>/<index>/<due>_<id>[.<ekey>]    an empty ready pointer
 //
 // <due> is the task's available_at in UTC to the millisecond, fixed-width
 // (DueLayout, e.g. 20261122T170512.123Z), so a LIST of a shard's pointers

@@ -14,7 +14,7 @@ import (
 // Key prefixes, relative to the object store's prefix.
 const (
 	TasksPrefix = "tasks/" // tasks/<group>/<index>/<id>.json
-	ReadyPrefix = "ready/" // ready/<group>/<index>/<due>/<id>[.<ekey>]
+	ReadyPrefix = "ready/" // ready/<group>/<index>/<due>_<id>[.<ekey>]
 	taskSuffix  = ".json"
 )
 
@@ -119,10 +119,15 @@ func ParseDue(s string) (time.Time, error) {
 }
 
 // PointerKey returns the ready pointer key of a task with these fields:
-// "ready/<group>/<index>/<due>/<id>", followed by ".<ekey>" (EntityKey) when
-// entity is not empty.
+// "ready/<group>/<index>/<due>_<id>", followed by ".<ekey>" (EntityKey) when
+// entity is not empty. The due time is fixed-width, so a shard's pointers
+// list in due order. They sit side by side under one prefix, not in a
+// sub-prefix per due time: S3 does not care, but file-backed S3 servers
+// (VersityGW's POSIX backend) make a directory of every prefix and remove it
+// when it empties, and a directory per millisecond would be created and
+// removed under concurrent writers for every task.
 func PointerKey(shard storage.ShardID, availableAt time.Time, id, typ, entity string) string {
-	k := PointerPrefix(shard) + FormatDue(availableAt) + "/" + id
+	k := PointerPrefix(shard) + FormatDue(availableAt) + "_" + id
 	if entity != "" {
 		k += "." + EntityKey(typ, entity)
 	}
@@ -164,18 +169,18 @@ func ParsePointer(key string) (Pointer, error) {
 		return bad("want prefix " + ReadyPrefix)
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) != 4 {
-		return bad("want ready/<group>/<index>/<due>/<id>[.<entity-key>]")
+	if len(parts) != 3 || len(parts[2]) < DueWidth+2 || parts[2][DueWidth] != '_' {
+		return bad("want ready/<group>/<index>/<due>_<id>[.<entity-key>]")
 	}
 	shard, err := shardOf(parts[0], parts[1])
 	if err != nil {
 		return bad(err.Error())
 	}
-	due, err := ParseDue(parts[2])
+	due, err := ParseDue(parts[2][:DueWidth])
 	if err != nil {
 		return bad(err.Error())
 	}
-	id, ekey, hasEkey := strings.Cut(parts[3], ".")
+	id, ekey, hasEkey := strings.Cut(parts[2][DueWidth+1:], ".")
 	if err := ValidateID(id); err != nil {
 		return bad(err.Error())
 	}

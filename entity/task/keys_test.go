@@ -23,10 +23,10 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("PointerPrefix = %q", k)
 	}
 	at := time.Date(2026, 11, 22, 17, 5, 12, 123e6, time.FixedZone("CET", 3600))
-	if k := PointerKey(s, at, "abc", "email", ""); k != "ready/default/7/20261122T160512.123Z/abc" {
+	if k := PointerKey(s, at, "abc", "email", ""); k != "ready/default/7/20261122T160512.123Z_abc" {
 		t.Fatalf("PointerKey without entity = %q (due must be UTC)", k)
 	}
-	if k := PointerKey(s, at, "abc", "cart", "user-42"); k != "ready/default/7/20261122T160512.123Z/abc.e069ab95eaf25af4" {
+	if k := PointerKey(s, at, "abc", "cart", "user-42"); k != "ready/default/7/20261122T160512.123Z_abc.e069ab95eaf25af4" {
 		t.Fatalf("PointerKey with entity = %q", k)
 	}
 	tk := &Task{ID: "abc", Type: "cart", Entity: "user-42", Shard: s, AvailableAt: at}
@@ -116,22 +116,23 @@ func TestParsePointerRejects(t *testing.T) {
 		"",
 		"tasks/default/1/20261122T170512.123Z/abc",
 		"ready/default/1/20261122T170512.123Z",
-		"ready/default/1/20261122T170512.123Z/abc/extra",
-		"ready//1/20261122T170512.123Z/abc",
-		"ready/-bad/1/20261122T170512.123Z/abc",
-		"ready/default/01/20261122T170512.123Z/abc",
-		"ready/default/-1/20261122T170512.123Z/abc",
-		"ready/default/x/20261122T170512.123Z/abc",
-		"ready/default/1/20261122T170512.12Z/abc",
-		"ready/default/1/20261122T170512Z/abc",
-		"ready/default/1/20261322T170512.123Z/abc",
-		"ready/default/1/20261122 170512.123Z/abc",
-		"ready/default/1/20261122T170512.123Z/",
-		"ready/default/1/20261122T170512.123Z/a b",
-		"ready/default/1/20261122T170512.123Z/abc.",
-		"ready/default/1/20261122T170512.123Z/abc.E069AB95EAF25AF4",
-		"ready/default/1/20261122T170512.123Z/abc.e069ab95eaf25af",
-		"ready/default/1/20261122T170512.123Z/abc.e069ab95eaf25af4.x",
+		"ready/default/1/20261122T170512.123Z_abc/extra",
+		"ready/default/1/20261122T170512.123Z/abc",
+		"ready//1/20261122T170512.123Z_abc",
+		"ready/-bad/1/20261122T170512.123Z_abc",
+		"ready/default/01/20261122T170512.123Z_abc",
+		"ready/default/-1/20261122T170512.123Z_abc",
+		"ready/default/x/20261122T170512.123Z_abc",
+		"ready/default/1/20261122T170512.12Z_abc",
+		"ready/default/1/20261122T170512Z_abc",
+		"ready/default/1/20261322T170512.123Z_abc",
+		"ready/default/1/20261122 170512.123Z_abc",
+		"ready/default/1/20261122T170512.123Z_",
+		"ready/default/1/20261122T170512.123Z_a b",
+		"ready/default/1/20261122T170512.123Z_abc.",
+		"ready/default/1/20261122T170512.123Z_abc.E069AB95EAF25AF4",
+		"ready/default/1/20261122T170512.123Z_abc.e069ab95eaf25af",
+		"ready/default/1/20261122T170512.123Z_abc.e069ab95eaf25af4.x",
 	}
 	for _, k := range bad {
 		_, err := ParsePointer(k)

@@ -237,8 +237,14 @@ func (t *Task) Ref() string { return Ref(t.Shard, t.ID) }
 // Key returns the task's object key, TaskKey(t.Shard, t.ID).
 func (t *Task) Key() string { return TaskKey(t.Shard, t.ID) }
 
-// IsDue reports whether a pending task may be claimed at now.
-func (t *Task) IsDue(now time.Time) bool { return !t.AvailableAt.After(now) }
+// IsDue reports whether a pending task may be claimed at now. A task
+// submitted to run at once (AvailableAt no later than CreatedAt, to the
+// millisecond) is always due: its available_at is the submitter's reading
+// of the S3 clock, which another reader's may trail by the estimate's
+// uncertainty, and it asked for no delay.
+func (t *Task) IsDue(now time.Time) bool {
+	return !t.AvailableAt.After(ceilMilli(t.CreatedAt)) || !t.AvailableAt.After(now)
+}
 
 // Clone returns a deep copy of t (its configuration included).
 func (t *Task) Clone() *Task {

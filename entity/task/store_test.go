@@ -288,7 +288,7 @@ func TestStorePointers(t *testing.T) {
 		want = append([]string{tk.PointerKey()}, want...)
 	}
 	// Junk under the prefix: skipped, reported by the page variant.
-	junk := []string{PointerPrefix(shard) + "garbage", PointerPrefix(shard) + "20261122T170512.123Z/bad.id.x", PointerPrefix(shard) + "99991231T235959.999Z/a/b"}
+	junk := []string{PointerPrefix(shard) + "garbage", PointerPrefix(shard) + "20261122T170512.123Z_bad.id.x", PointerPrefix(shard) + "99991231T235959.999Z_a/b"}
 	for _, k := range junk {
 		e.mem.Put(ctx, k, nil)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/servertime"
@@ -285,6 +286,17 @@ func (s *Store) do(ctx context.Context, op, key string, fn func(context.Context)
 	defer cancel()
 	start := time.Now()
 	err := fn(call)
+	for try := 1; try <= directoryRaceRetries && isDirectoryRace(err) && call.Err() == nil; try++ {
+		// VersityGW's POSIX backend removes a prefix's directory when its
+		// last object goes and can answer a concurrent write into it with
+		// 409 ExistingObjectIsDirectory; the write was not applied, so
+		// trying again is safe.
+		select {
+		case <-call.Done():
+		case <-time.After(time.Duration(try) * 5 * time.Millisecond):
+		}
+		err = fn(call)
+	}
 	d := time.Since(start)
 	if err != nil {
 		if !hasSentinel(err) {
@@ -296,6 +308,15 @@ func (s *Store) do(ctx context.Context, op, key string, fn func(context.Context)
 		s.opts.observer(op, err, d)
 	}
 	return err
+}
+
+// directoryRaceRetries bounds the retries of a write that lost a race with
+// a file-backed server's directory clean-up.
+const directoryRaceRetries = 3
+
+func isDirectoryRace(err error) bool {
+	var api smithy.APIError
+	return err != nil && errors.As(err, &api) && api.ErrorCode() == "ExistingObjectIsDirectory"
 }
 
 func (s *Store) opErr(op, key string, err error) error {

@@ -1,0 +1,247 @@
+package entity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// Host runs the entities and tasks of the shards this runner owns. It is the
+// sharding.Handler of the runner's sharding.Manager.
+type Host struct {
+	cfg      Config
+	tasks    *task.Store
+	wakes    storage.RunnerStore
+	runnerID string
+	reg      registry
+	log      *slog.Logger
+	metrics  *metrics
+	tracer   trace.Tracer
+	slots    chan struct{} // runner-wide handler slots
+
+	mu       sync.Mutex
+	shards   map[storage.ShardID]*shardExec
+	waiting  map[*shardExec]struct{} // executors waiting for a runner slot
+	lease    int64                   // the runner lease of the latest ownership
+	closed   bool
+	wg       sync.WaitGroup // executors, including those winding down
+	resident residents
+	stop     chan struct{}
+}
+
+var _ sharding.Handler = (*Host)(nil)
+
+// Option configures a Host.
+type Option func(*hostOptions)
+
+type hostOptions struct {
+	logger   *slog.Logger
+	registry prometheus.Registerer
+	tracer   trace.TracerProvider
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *hostOptions) { o.logger = l } }
+
+// WithRegistry registers the host's metrics on reg (default: a private
+// registry).
+func WithRegistry(reg prometheus.Registerer) Option { return func(o *hostOptions) { o.registry = reg } }
+
+// WithTracerProvider sets where task spans go (default: nowhere).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *hostOptions) { o.tracer = tp }
+}
+
+// NewHost returns a host executing the tasks of tasks for runner runnerID;
+// wakes is the runner store whose wake-ups it watches. Register the task
+// types before the manager starts.
+func NewHost(tasks *task.Store, wakes storage.RunnerStore, runnerID string, cfg Config, opts ...Option) (*Host, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if tasks == nil || wakes == nil || runnerID == "" {
+		return nil, fmt.Errorf("%w: a task store, a runner store and a runner id are required", ErrInvalidConfig)
+	}
+	o := hostOptions{logger: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.registry == nil {
+		o.registry = prometheus.NewRegistry()
+	}
+	h := &Host{
+		cfg:      cfg,
+		tasks:    tasks,
+		wakes:    wakes,
+		runnerID: runnerID,
+		log:      o.logger.With("runner", runnerID),
+		metrics:  newMetrics(o.registry),
+		tracer:   o.tracer.Tracer("github.com/tenurehq/tenure/entity"),
+		slots:    make(chan struct{}, cfg.MaxConcurrentPerRunner),
+		shards:   map[storage.ShardID]*shardExec{},
+		waiting:  map[*shardExec]struct{}{},
+		stop:     make(chan struct{}),
+	}
+	h.resident.init()
+	h.wg.Add(1)
+	go h.janitor()
+	return h, nil
+}
+
+// Register registers an entity type: f creates the instance of an entity id
+// on its first task.
+func (h *Host) Register(typ string, f Factory) error { return h.reg.register(typ, f) }
+
+// RegisterFunc registers a task type handled by fn, with no per-entity
+// state.
+func (h *Host) RegisterFunc(typ string, fn HandlerFunc) error {
+	if fn == nil {
+		return fmt.Errorf("%w: task type %q: nil handler", ErrInvalidConfig, typ)
+	}
+	return h.reg.register(typ, func(string) (Entity, error) { return fn, nil })
+}
+
+// ShardAcquired starts executing the shard's tasks.
+func (h *Host) ShardAcquired(o sharding.Ownership) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.lease = o.LeaseID
+	e := newShardExec(h, o)
+	h.shards[o.Shard] = e
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		e.run()
+	}()
+}
+
+// ShardReleasing hands the shard over: its handlers have been cancelled; it
+// waits for them (bounded by ctx), puts their tasks back to pending while
+// the lock is still held, and stops the shard's entities.
+func (h *Host) ShardReleasing(ctx context.Context, o sharding.Ownership) {
+	e := h.take(o)
+	if e == nil {
+		return
+	}
+	e.decide(ctx, true)
+	e.waitStopped(ctx)
+}
+
+// ShardLost abandons the shard: its handlers have been cancelled; their
+// tasks are left to the next owner's takeover. It does not wait: the
+// executor winds down in the background.
+func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
+	e := h.take(o)
+	if e == nil {
+		return
+	}
+	h.log.Debug("shard lost; abandoning its tasks to takeover", "shard", o.Shard.String(), "reason", reason)
+	e.decide(nil, false)
+}
+
+// take removes the executor of o's ownership.
+func (h *Host) take(o sharding.Ownership) *shardExec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.shards[o.Shard]
+	if e == nil || e.own.Epoch != o.Epoch || e.own.Since != o.Since {
+		return nil
+	}
+	delete(h.shards, o.Shard)
+	delete(h.waiting, e)
+	return e
+}
+
+// Close stops the host: it waits, up to ctx, for executors to wind down
+// (the manager interrupts every shard first) and stops the janitor.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	execs := make([]*shardExec, 0, len(h.shards))
+	for _, e := range h.shards {
+		execs = append(execs, e)
+	}
+	clear(h.shards)
+	h.mu.Unlock()
+	for _, e := range execs {
+		e.decide(nil, false)
+	}
+	close(h.stop)
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("entity: host close: executors still running: %w", ctx.Err())
+	}
+}
+
+// acquireSlot takes a runner-wide handler slot without blocking; on failure
+// e is remembered and kicked when a slot frees.
+func (h *Host) acquireSlot(e *shardExec) bool {
+	select {
+	case h.slots <- struct{}{}:
+		return true
+	default:
+	}
+	h.mu.Lock()
+	h.waiting[e] = struct{}{}
+	h.mu.Unlock()
+	// A slot may have freed between the try and the registration.
+	select {
+	case h.slots <- struct{}{}:
+		h.mu.Lock()
+		delete(h.waiting, e)
+		h.mu.Unlock()
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *Host) releaseSlot() {
+	<-h.slots
+	h.mu.Lock()
+	waiting := make([]*shardExec, 0, len(h.waiting))
+	for e := range h.waiting {
+		waiting = append(waiting, e)
+	}
+	clear(h.waiting)
+	h.mu.Unlock()
+	for _, e := range waiting {
+		e.kick()
+	}
+}
+
+// janitor passivates idle entity instances.
+func (h *Host) janitor() {
+	defer h.wg.Done()
+	tick := time.NewTicker(max(h.cfg.MaxIdle/4, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-tick.C:
+			h.resident.passivateIdle(h, time.Now().Add(-h.cfg.MaxIdle))
+		}
+	}
+}

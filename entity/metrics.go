@@ -1,0 +1,75 @@
+package entity
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Task outcomes, the values of the outcome label.
+const (
+	outcomeCompleted = "completed"
+	outcomeRetried   = "retried"   // failed attempt, retry scheduled
+	outcomeFailed    = "failed"    // final failure
+	outcomeCancelled = "cancelled" // cancel requested and honoured
+	outcomeRequeued  = "requeued"  // planned handoff put it back to pending
+	outcomeAbandoned = "abandoned" // shard lost or runner detached mid-run: left to takeover
+	outcomeFenced    = "fenced"    // the claim was lost: the commit was refused by CAS
+)
+
+// metrics are the entity and task series of DESIGN §10, namespace "tenure".
+type metrics struct {
+	tasks         *prometheus.CounterVec   // type, outcome
+	duration      *prometheus.HistogramVec // type
+	startLatency  prometheus.Histogram     // submit (created_at) → handler start, S3 time
+	claims        prometheus.Counter
+	claimRaces    prometheus.Counter
+	takeovers     prometheus.Counter
+	unhandled     *prometheus.CounterVec // type
+	corrupt       prometheus.Counter
+	stalePointers prometheus.Counter
+	resident      prometheus.Gauge
+	passivations  *prometheus.CounterVec // reason
+	running       prometheus.Gauge
+	queued        prometheus.Gauge
+	reconciles    prometheus.Counter
+	wakeups       prometheus.Counter
+	stuck         prometheus.Counter // handlers that ignored cancellation past the interrupt wait
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns = "tenure"
+	m := &metrics{
+		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "total",
+			Help: "Task attempts by type and outcome."}, []string{"type", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "tasks", Name: "duration_seconds",
+			Help: "Handler run time of one attempt.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}, []string{"type"}),
+		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "tasks", Name: "start_latency_seconds",
+			Help: "From submission to handler start, in S3 time (immediate tasks only).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		claims: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "claims_total",
+			Help: "Successful claims."}),
+		claimRaces: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "claim_conflicts_total",
+			Help: "Claims and commits that lost a compare-and-swap race and re-read the task."}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "takeovers_total",
+			Help: "Tasks left running by a previous owner (or a previous attachment) reclaimed."}),
+		unhandled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "unhandled_total",
+			Help: "Due tasks left pending because no handler is registered for their type here."}, []string{"type"}),
+		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "corrupt_total",
+			Help: "Task objects that did not decode, moved to failed with their bytes kept."}),
+		stalePointers: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "stale_pointers_total",
+			Help: "Ready pointers deleted because their task had moved on or never existed."}),
+		resident: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "entity", Name: "resident",
+			Help: "Entity instances in memory."}),
+		passivations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "entity", Name: "passivations_total",
+			Help: "Entity instances stopped, by reason."}, []string{"reason"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "tasks", Name: "running",
+			Help: "Handlers running now."}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "tasks", Name: "queued",
+			Help: "Known ready tasks of owned shards not running yet (due or scheduled)."}),
+		reconciles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "reconciles_total",
+			Help: "Listings of an owned shard's ready pointers."}),
+		wakeups: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "wakeups_total",
+			Help: "Wake-ups received for owned shards."}),
+		stuck: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "interrupt_overruns_total",
+			Help: "Handlers still running when the wait after an interruption ended (they ignore their context)."}),
+	}
+	reg.MustRegister(m.tasks, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
+		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck)
+	return m
+}

@@ -1,0 +1,100 @@
+package entity
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sync"
+
+	"github.com/tenurehq/tenure/entity/task"
+)
+
+// Entity is one instance of an entity type. It handles the tasks addressed
+// to its (type, id) one at a time, in submission order, and may keep state
+// in memory between them; that state is lost when the instance is
+// passivated or its shard moves, so durable state belongs in the task
+// results or the user's own storage.
+//
+// Handle must honour ctx: it is cancelled when the task is cancelled, its
+// timeout passes, its claim is lost, or the runner detaches or loses the
+// shard. A returned error fails the attempt (see Permanent); the result is
+// stored in the task and must be valid JSON (or empty).
+type Entity interface {
+	Handle(ctx context.Context, t *task.Task) (json.RawMessage, error)
+}
+
+// Starter is implemented by entities that need to prepare before their
+// first task. An error fails that task's attempt and discards the instance.
+type Starter interface {
+	OnStart(ctx context.Context) error
+}
+
+// Stopper is implemented by entities that need to know when they are
+// passivated or stopped.
+type Stopper interface {
+	OnStop(ctx context.Context, reason StopReason)
+}
+
+// StopReason says why an instance stopped.
+type StopReason string
+
+const (
+	// StopIdle: no task for Config.MaxIdle.
+	StopIdle StopReason = "idle"
+	// StopEvicted: passivated to stay within Config.MaxResident.
+	StopEvicted StopReason = "evicted"
+	// StopShardReleased: its shard was handed over in a planned release.
+	StopShardReleased StopReason = "shard-released"
+	// StopShardLost: its shard was lost or the runner detached.
+	StopShardLost StopReason = "shard-lost"
+	// StopFailed: OnStart failed or the instance panicked.
+	StopFailed StopReason = "failed"
+)
+
+// Factory creates the instance of an entity type for an entity id.
+type Factory func(id string) (Entity, error)
+
+// HandlerFunc handles tasks of a type without per-entity state. Tasks that
+// name an entity still run one at a time per entity; tasks that do not run
+// concurrently.
+type HandlerFunc func(ctx context.Context, t *task.Task) (json.RawMessage, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+	return f(ctx, t)
+}
+
+var typeName = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,128}$`)
+
+// registry holds the registered types; it is read far more than written.
+type registry struct {
+	mu    sync.RWMutex
+	types map[string]Factory
+}
+
+func (r *registry) register(typ string, f Factory) error {
+	if !typeName.MatchString(typ) {
+		return fmt.Errorf("%w: task type %q must match %s", ErrInvalidConfig, typ, typeName)
+	}
+	if f == nil {
+		return fmt.Errorf("%w: task type %q: nil factory", ErrInvalidConfig, typ)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.types == nil {
+		r.types = map[string]Factory{}
+	}
+	if _, dup := r.types[typ]; dup {
+		return fmt.Errorf("%w: task type %q registered twice", ErrInvalidConfig, typ)
+	}
+	r.types[typ] = f
+	return nil
+}
+
+func (r *registry) lookup(typ string) (Factory, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	f, ok := r.types[typ]
+	return f, ok
+}

@@ -1,0 +1,644 @@
+package entity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// Causes of a handler's context ending, besides the shard's own.
+var (
+	errCancelRequested = errors.New("entity: task cancel requested")
+	errClaimLost       = errors.New("entity: task claim lost: another runner owns the task now")
+	errLeaseExpiring   = errors.New("entity: task claim could not be renewed before it expires")
+	errTimeout         = errors.New("entity: task attempt timed out")
+)
+
+// attempt is one running task: its latest known object, for renewals and
+// the commit.
+type attempt struct {
+	mu     sync.Mutex
+	t      *task.Task
+	etag   string
+	pokec  chan struct{}
+	cancel context.CancelCauseFunc
+}
+
+// poke makes the renewal loop re-read the task now (a cancel request).
+func (a *attempt) poke() {
+	select {
+	case a.pokec <- struct{}{}:
+	default:
+	}
+}
+
+func (a *attempt) current() (*task.Task, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.t, a.etag
+}
+
+func (a *attempt) set(t *task.Task, etag string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.t, a.etag = t, etag
+}
+
+// process claims and runs the task of one due pointer.
+func (e *shardExec) process(it *item, box *mailbox) {
+	ctx := e.ctx
+	id := it.ptr.ID
+	ci := task.ClaimInfo{RunnerID: e.h.runnerID, Epoch: e.own.Epoch, LeaseID: e.own.LeaseID, Lease: e.h.cfg.TaskLease}
+	for tries := 0; ; tries++ {
+		if ctx.Err() != nil {
+			// Not owned any more: the next owner lists the pointer.
+			e.forget(id)
+			return
+		}
+		if tries == 5 {
+			e.h.log.Warn("task keeps changing under its claim; retrying later", "task", it.ptr.Key)
+			e.requeue(it, time.Now().Add(time.Second))
+			return
+		}
+		now, err := e.h.tasks.Now(ctx)
+		if err != nil {
+			e.retryLater(it, err)
+			return
+		}
+		t, etag, err := e.h.tasks.Load(ctx, e.own.Shard, id)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			e.orphan(it)
+			return
+		case errors.Is(err, task.ErrCorrupt):
+			e.failCorrupt(ctx, it, t, etag, err)
+			return
+		case err != nil:
+			e.retryLater(it, err)
+			return
+		}
+		e.mu.Lock()
+		delete(e.orphans, id)
+		e.mu.Unlock()
+		if t.PointerKey() != it.ptr.Key || t.Status.IsTerminal() {
+			// The task moved on (finished, retried under a new pointer,
+			// replayed): this pointer is stale.
+			e.dropPointer(ctx, it)
+			return
+		}
+		switch t.Status {
+		case task.Running:
+			c := t.Claim
+			if c != nil && c.Epoch > e.own.Epoch {
+				e.forget(id) // a newer owner has it: we are about to lose the shard
+				return
+			}
+			var terr error
+			switch {
+			case t.CancelRequested:
+				// Its runner went before honouring the cancel: finish it.
+				terr = t.FinishCancel(now.Now)
+			case t.HeldBy(ci):
+				// Claimed by this runner and epoch before a detachment whose
+				// handlers are gone: put it back and claim it afresh.
+				terr = t.Requeue(now.Now, "orphaned by an earlier attachment of the same owner")
+			case c != nil && !e.h.cfg.TakeoverImmediately && now.Earliest().Before(c.LeaseExpiresAt):
+				// The previous owner may still run it: wait out its claim.
+				e.requeue(it, c.LeaseExpiresAt)
+				return
+			default:
+				reason := "left running by a previous owner"
+				if c != nil {
+					reason = fmt.Sprintf("left running by %s at epoch %d (now %d)", c.RunnerID, c.Epoch, e.own.Epoch)
+				}
+				terr = t.TakeOver(now.Earliest(), ci, reason)
+				if terr == nil {
+					e.h.metrics.takeovers.Inc()
+				}
+			}
+			if errors.Is(terr, task.ErrAttemptsExhausted) {
+				e.finishExhausted(ctx, it, t, etag)
+				return
+			}
+			if terr != nil {
+				e.h.log.Warn("cannot take over task", "task", t.Ref(), "err", terr)
+				e.forget(id)
+				return
+			}
+			if t.Status != task.Running {
+				// Cancelled or requeued: write that, then look again.
+				if _, err := e.h.tasks.Write(ctx, t, etag); err != nil && !errors.Is(err, storage.ErrPrecondition) {
+					e.retryLater(it, err)
+					return
+				}
+				continue
+			}
+		case task.Pending:
+			if _, ok := e.h.reg.lookup(t.Type); !ok {
+				// Left pending for a runner that knows the type; looked at
+				// again at the next reconciliation.
+				e.h.metrics.unhandled.WithLabelValues(t.Type).Inc()
+				e.h.log.Warn("no handler for task type; leaving the task pending", "task", t.Ref(), "type", t.Type)
+				e.forget(id)
+				return
+			}
+			if err := t.ClaimFor(now.Earliest(), ci); err != nil {
+				var nd *task.NotDueError
+				switch {
+				case errors.As(err, &nd):
+					// Dispatch compares the latest the S3 clock may read,
+					// the claim the earliest: wait until the earliest
+					// reaches the due time, not just the latest.
+					e.requeue(it, nd.Due.Add(now.Latest().Sub(now.Earliest())))
+				case errors.Is(err, task.ErrAttemptsExhausted):
+					e.finishExhausted(ctx, it, t, etag)
+				default:
+					e.h.log.Warn("cannot claim task", "task", t.Ref(), "err", err)
+					e.forget(id)
+				}
+				return
+			}
+		default:
+			e.forget(id)
+			return
+		}
+		newEtag, err := e.h.tasks.Write(ctx, t, etag)
+		if errors.Is(err, storage.ErrPrecondition) {
+			e.h.metrics.claimRaces.Inc()
+			continue // someone changed it (a cancel, a replay): look again
+		}
+		if err != nil {
+			e.retryLater(it, err)
+			return
+		}
+		e.h.metrics.claims.Inc()
+		e.execute(it, box, t, newEtag, now)
+		return
+	}
+}
+
+// execute runs a claimed task's handler and commits the outcome.
+func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, claimedAt storage.ServerTime) {
+	ent, err := e.instanceFor(box, t)
+	if err != nil {
+		e.conclude(it, &attempt{t: t, etag: etag}, nil, err, nil)
+		return
+	}
+	hctx, cancel := context.WithCancelCause(e.ctx)
+	defer cancel(nil)
+	if t.Timeout > 0 {
+		var stop context.CancelFunc
+		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
+		defer stop()
+	}
+	hctx, span := e.startSpan(hctx, t)
+	defer span.End()
+
+	a := &attempt{t: t, etag: etag, pokec: make(chan struct{}, 1), cancel: cancel}
+	e.mu.Lock()
+	e.inflight[t.ID] = a
+	e.mu.Unlock()
+	var renewing sync.WaitGroup
+	renewing.Add(1)
+	go func() {
+		defer renewing.Done()
+		e.renew(hctx, a)
+	}()
+	if !t.AvailableAt.After(t.CreatedAt) && t.Attempt == 1 {
+		e.h.metrics.startLatency.Observe(claimedAt.Now.Sub(t.CreatedAt).Seconds())
+	}
+	view := t.Clone() // the handler's own copy: renewals change a.t
+	start := time.Now()
+	result, herr := safeHandle(hctx, ent, view)
+	e.h.metrics.duration.WithLabelValues(t.Type).Observe(time.Since(start).Seconds())
+	cause := context.Cause(hctx)
+	cancel(nil)
+	renewing.Wait()
+	e.mu.Lock()
+	delete(e.inflight, t.ID)
+	e.mu.Unlock()
+	if box != nil {
+		e.h.resident.touch(box.inst)
+	}
+	if herr != nil {
+		span.RecordError(herr)
+		span.SetStatus(codes.Error, herr.Error())
+	}
+	e.conclude(it, a, result, herr, cause)
+}
+
+// conclude commits an attempt's outcome. cause is why its context ended,
+// if it did.
+func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr, cause error) {
+	typ := a.t.Type
+	complete := func(t *task.Task, now time.Time) error { return t.Complete(now, result) }
+	finishCancel := func(t *task.Task, now time.Time) error { return t.FinishCancel(now) }
+	if e.ctx.Err() != nil && !errors.Is(cause, errClaimLost) {
+		// The shard is no longer ours. A planned handoff commits what the
+		// handler finished and puts the rest back, while the lock is still
+		// held; a loss leaves it all to the next owner's takeover.
+		hctx := e.awaitFate()
+		switch {
+		case hctx == nil:
+			e.h.metrics.tasks.WithLabelValues(typ, outcomeAbandoned).Inc()
+			e.forget(it.ptr.ID)
+		case herr == nil:
+			e.commitOutcome(hctx, it, a, complete, outcomeCompleted)
+		case errors.Is(cause, errCancelRequested):
+			e.commitOutcome(hctx, it, a, finishCancel, outcomeCancelled)
+		default:
+			e.commitOutcome(hctx, it, a, func(t *task.Task, now time.Time) error { return t.Requeue(now, "shard handed over") }, outcomeRequeued)
+		}
+		return
+	}
+	switch {
+	case errors.Is(cause, errClaimLost):
+		e.h.metrics.tasks.WithLabelValues(typ, outcomeFenced).Inc()
+		e.forget(it.ptr.ID)
+	case herr == nil:
+		// Done, even if a cancel request arrived meanwhile: the work
+		// happened, and the task says so.
+		e.commitOutcome(e.ctx, it, a, complete, outcomeCompleted)
+	case errors.Is(cause, errCancelRequested):
+		e.commitOutcome(e.ctx, it, a, finishCancel, outcomeCancelled)
+	default:
+		if errors.Is(cause, errTimeout) {
+			herr = fmt.Errorf("%w after %s: %v", errTimeout, time.Duration(a.t.Timeout), herr)
+		} else if errors.Is(cause, errLeaseExpiring) {
+			herr = fmt.Errorf("%w: %v", errLeaseExpiring, herr)
+		}
+		permanent := IsPermanent(herr)
+		e.commitOutcome(e.ctx, it, a, func(t *task.Task, now time.Time) error {
+			t.Fail(now, herr, permanent)
+			return nil
+		}, "")
+	}
+}
+
+// commitOutcome writes an attempt's outcome with compare-and-swap, then
+// maintains the ready pointer. A lost race re-reads the task: if the claim
+// is still ours (a client only asked to cancel, say) the outcome is applied
+// to the new version; if it is not, the commit is fenced off. outcome ""
+// means "read it from the committed status" (a failure: retried or final).
+func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, apply func(*task.Task, time.Time) error, outcome string) {
+	t, etag := a.current()
+	claim := t.Claim
+	for tries := 0; tries < 5; tries++ {
+		if ctx.Err() != nil {
+			// Detached or the handoff window closed: no write.
+			e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
+			e.forget(it.ptr.ID)
+			return
+		}
+		now, err := e.h.tasks.Now(ctx)
+		if err != nil {
+			break
+		}
+		if err := apply(t, now.Now); err != nil {
+			e.h.log.Warn("cannot apply outcome", "task", t.Ref(), "err", err)
+			e.forget(it.ptr.ID)
+			return
+		}
+		_, err = e.h.tasks.Write(ctx, t, etag)
+		if err == nil {
+			if outcome == "" {
+				outcome = outcomeRetried
+				if t.Status == task.Failed {
+					outcome = outcomeFailed
+				}
+			}
+			e.h.metrics.tasks.WithLabelValues(t.Type, outcome).Inc()
+			e.afterCommit(ctx, it, t)
+			return
+		}
+		if !errors.Is(err, storage.ErrPrecondition) {
+			e.h.log.Warn("committing a task outcome failed; retrying", "task", t.Ref(), "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			t, etag = a.current() // undo the applied change
+			if fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID); lerr == nil {
+				t, etag = fresh, fetag
+			}
+			if !sameClaim(claim, t.Claim) {
+				break
+			}
+			continue
+		}
+		e.h.metrics.claimRaces.Inc()
+		fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID)
+		if lerr != nil || !sameClaim(claim, fresh.Claim) || fresh.Status != task.Running {
+			e.h.metrics.tasks.WithLabelValues(t.Type, outcomeFenced).Inc()
+			e.h.log.Info("task outcome fenced off: the task changed hands", "task", t.Ref())
+			e.forget(it.ptr.ID)
+			return
+		}
+		t, etag = fresh, fetag
+	}
+	e.h.log.Warn("giving up committing a task outcome; it will be taken over", "task", t.Ref())
+	e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
+	e.forget(it.ptr.ID)
+}
+
+// sameClaim reports whether b is the claim a (same runner, epoch, attempt
+// claim time).
+func sameClaim(a, b *task.Claim) bool {
+	return a != nil && b != nil && a.RunnerID == b.RunnerID && a.Epoch == b.Epoch && a.ClaimedAt.Equal(b.ClaimedAt)
+}
+
+// afterCommit keeps the ready pointer in step: gone for a finished task, at
+// the new due time for a retry (written before the old one is deleted, so
+// the task is never without one), unchanged for a requeue.
+func (e *shardExec) afterCommit(ctx context.Context, it *item, t *task.Task) {
+	old := it.ptr.Key
+	switch {
+	case t.Status.IsTerminal():
+		e.dropPointer(ctx, it)
+	case t.PointerKey() != old:
+		if err := e.h.tasks.PutPointer(ctx, t); err != nil {
+			e.h.log.Warn("writing a retried task's pointer failed; the old one stays", "task", t.Ref(), "err", err)
+			e.forget(it.ptr.ID)
+			return
+		}
+		if err := e.h.tasks.DeletePointer(ctx, old); err != nil {
+			e.h.log.Debug("deleting a retried task's old pointer failed; reconciliation will", "key", old, "err", err)
+		}
+		p, err := task.ParsePointer(t.PointerKey())
+		if err != nil {
+			e.forget(it.ptr.ID)
+			return
+		}
+		it.ptr = p
+		e.requeue(it, p.Due)
+	default:
+		e.forget(it.ptr.ID) // requeued in place: the next owner lists it
+	}
+}
+
+// renew extends the running task's claim every TaskLease/3 and re-reads it
+// when poked; it cancels the handler when the task is cancelled or the
+// claim lost or about to expire.
+func (e *shardExec) renew(hctx context.Context, a *attempt) {
+	every := e.h.cfg.TaskLease / 3
+	timer := time.NewTimer(every)
+	defer timer.Stop()
+	for {
+		poked := false
+		select {
+		case <-hctx.Done():
+			return
+		case <-timer.C:
+		case <-a.pokec:
+			poked = true
+		}
+		t, etag := a.current()
+		claim := t.Claim
+		now, err := e.h.tasks.Now(hctx)
+		if err == nil && !poked {
+			next := t.Clone()
+			if err = next.Renew(now.Earliest(), e.h.cfg.TaskLease); err == nil {
+				var newEtag string
+				if newEtag, err = e.h.tasks.Write(hctx, next, etag); err == nil {
+					a.set(next, newEtag)
+					timer.Reset(every)
+					continue
+				}
+			}
+		}
+		if poked || errors.Is(err, storage.ErrPrecondition) {
+			fresh, fetag, lerr := e.h.tasks.Load(hctx, e.own.Shard, t.ID)
+			switch {
+			case lerr != nil:
+				err = lerr
+			case !sameClaim(claim, fresh.Claim) || fresh.Status != task.Running:
+				a.cancel(errClaimLost)
+				return
+			default:
+				a.set(fresh, fetag)
+				if fresh.CancelRequested {
+					a.cancel(errCancelRequested)
+					return
+				}
+				if poked {
+					continue
+				}
+				err = nil
+			}
+		}
+		if err != nil && hctx.Err() == nil {
+			// Keep trying while the claim lasts; give up before it expires.
+			if n, nerr := e.h.tasks.Now(hctx); nerr == nil && claim != nil && !n.Latest().Before(claim.LeaseExpiresAt.Add(-every)) {
+				a.cancel(errLeaseExpiring)
+				return
+			}
+			timer.Reset(min(every, time.Second))
+			continue
+		}
+		timer.Reset(every)
+	}
+}
+
+// instanceFor returns the entity instance for t: the mailbox's resident one
+// (created on the first task), or a fresh one for an entity-less task.
+func (e *shardExec) instanceFor(box *mailbox, t *task.Task) (Entity, error) {
+	f, ok := e.h.reg.lookup(t.Type)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoHandler, t.Type)
+	}
+	if box == nil {
+		return newEntity(f, t.Entity)
+	}
+	e.mu.Lock()
+	in := box.inst
+	e.mu.Unlock()
+	if in != nil && in.typ == t.Type && in.id == t.Entity {
+		e.h.resident.touch(in)
+		return in.ent, nil
+	}
+	if in != nil {
+		// Two entities share the mailbox's key (a hash collision): the
+		// resident one makes room.
+		e.passivateBusy(box, in)
+	}
+	ent, err := newEntity(f, t.Entity)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := ent.(Starter); ok {
+		ctx, cancel := context.WithTimeout(e.ctx, e.h.cfg.HookTimeout)
+		err := safeHook(func() error { return s.OnStart(ctx) })
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("entity %s/%s: OnStart: %w", t.Type, t.Entity, err)
+		}
+	}
+	in = &instance{typ: t.Type, id: t.Entity, ent: ent, box: box, exec: e}
+	e.mu.Lock()
+	box.inst = in
+	e.mu.Unlock()
+	e.h.resident.add(e.h, in)
+	return ent, nil
+}
+
+// passivateBusy stops the resident instance of a mailbox its worker holds.
+func (e *shardExec) passivateBusy(box *mailbox, in *instance) {
+	e.mu.Lock()
+	if box.inst == in {
+		box.inst = nil
+	}
+	e.mu.Unlock()
+	e.h.stopInstance(in, StopEvicted)
+}
+
+func newEntity(f Factory, id string) (ent Entity, err error) {
+	err = safeHook(func() error {
+		var ferr error
+		ent, ferr = f(id)
+		return ferr
+	})
+	if err == nil && ent == nil {
+		err = errors.New("factory returned no entity")
+	}
+	return ent, err
+}
+
+// safeHandle runs the handler, turning a panic into a *PanicError.
+func safeHandle(ctx context.Context, ent Entity, t *task.Task) (result json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			result, err = nil, &PanicError{Value: v, Stack: string(debug.Stack())}
+		}
+	}()
+	result, err = ent.Handle(ctx, t)
+	if err == nil && len(result) > 0 && !json.Valid(result) {
+		err = Permanent(fmt.Errorf("entity: handler result is not valid JSON (%d bytes)", len(result)))
+	}
+	return result, err
+}
+
+func safeHook(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: string(debug.Stack())}
+		}
+	}()
+	return f()
+}
+
+// retryLater puts a pointer back for a second after a transient failure.
+func (e *shardExec) retryLater(it *item, err error) {
+	if e.ctx.Err() != nil {
+		e.forget(it.ptr.ID)
+		return
+	}
+	e.h.log.Debug("task store unavailable; retrying the pointer shortly", "key", it.ptr.Key, "err", err)
+	now, nerr := e.h.tasks.Now(e.ctx)
+	due := time.Now().Add(time.Second)
+	if nerr == nil {
+		due = now.Latest().Add(time.Second)
+	}
+	e.requeue(it, due)
+}
+
+// orphan handles a pointer whose task object does not exist: young, it may
+// be a submission in progress (the pointer is written first); old, it is
+// deleted.
+func (e *shardExec) orphan(it *item) {
+	e.mu.Lock()
+	first, seen := e.orphans[it.ptr.ID]
+	if !seen {
+		e.orphans[it.ptr.ID] = time.Now()
+		first = time.Now()
+	}
+	old := time.Since(first) >= e.h.cfg.OrphanPointerAge
+	if old {
+		delete(e.orphans, it.ptr.ID)
+	}
+	e.mu.Unlock()
+	if old {
+		e.dropPointer(e.ctx, it)
+		return
+	}
+	e.forget(it.ptr.ID) // the next reconciliation looks again
+}
+
+// dropPointer deletes a pointer that has served its purpose.
+func (e *shardExec) dropPointer(ctx context.Context, it *item) {
+	if err := e.h.tasks.DeletePointer(ctx, it.ptr.Key); err != nil {
+		e.h.log.Debug("deleting a ready pointer failed; reconciliation will retry", "key", it.ptr.Key, "err", err)
+	} else {
+		e.h.metrics.stalePointers.Inc()
+	}
+	e.forget(it.ptr.ID)
+}
+
+// failCorrupt moves a task whose object does not decode to failed, keeping
+// its raw bytes in the object, so that its shard goes on and nothing is
+// lost.
+func (e *shardExec) failCorrupt(ctx context.Context, it *item, t *task.Task, etag string, cause error) {
+	e.h.metrics.corrupt.Inc()
+	e.h.log.Error("corrupt task object; moving it to failed with its bytes kept", "key", it.ptr.Key, "err", cause)
+	if t == nil {
+		e.forget(it.ptr.ID)
+		return
+	}
+	now, err := e.h.tasks.Now(ctx)
+	if err != nil {
+		e.retryLater(it, err)
+		return
+	}
+	t.MarkCorrupt(now.Now, cause)
+	if _, err := e.h.tasks.Write(ctx, t, etag); err != nil {
+		e.retryLater(it, err)
+		return
+	}
+	e.dropPointer(ctx, it)
+}
+
+// finishExhausted fails a pending task that has no attempts left (its last
+// claim was lost with the runner that held it).
+func (e *shardExec) finishExhausted(ctx context.Context, it *item, t *task.Task, etag string) {
+	now, err := e.h.tasks.Now(ctx)
+	if err != nil {
+		e.retryLater(it, err)
+		return
+	}
+	t.Fail(now.Now, errors.New("attempts exhausted"), true)
+	if _, err := e.h.tasks.Write(ctx, t, etag); err != nil {
+		e.retryLater(it, err)
+		return
+	}
+	e.h.metrics.tasks.WithLabelValues(t.Type, outcomeFailed).Inc()
+	e.dropPointer(ctx, it)
+}
+
+// startSpan starts the execute span as a child of the submit span whose
+// context the task carries.
+func (e *shardExec) startSpan(ctx context.Context, t *task.Task) (context.Context, trace.Span) {
+	if t.Trace != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": t.Trace})
+	}
+	return e.h.tracer.Start(ctx, "tenure.task.execute",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("tenure.task.id", t.ID),
+			attribute.String("tenure.task.type", t.Type),
+			attribute.String("tenure.task.entity", t.Entity),
+			attribute.String("tenure.shard", t.Shard.String()),
+			attribute.Int("tenure.task.attempt", t.Attempt),
+			attribute.Int64("tenure.shard.epoch", e.own.Epoch),
+		))
+}

@@ -1,0 +1,411 @@
+package entity
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// shardExec executes one owned shard's tasks for as long as the ownership
+// lasts. Its loop goroutine discovers ready pointers (listing on start and
+// every reconcile interval, and from wake-ups), keeps the not-yet-due ones
+// in a heap by due time, hands due ones to entity mailboxes (or straight to
+// the runnable queue when they name no entity) and starts runnable units
+// within the shard's and the runner's slots.
+//
+// Invariants (under mu): a task id is in known while it is queued, in a
+// mailbox or running, so a listing or wake-up never starts it twice; a
+// mailbox is in runnable or busy, never both; running counts the shard's
+// slots in use.
+type shardExec struct {
+	h   *Host
+	own sharding.Ownership
+	ctx context.Context // own.Ctx: ends with the ownership
+
+	kickc    chan struct{} // coalescing "something changed"
+	loopDone chan struct{} // closed when run returns
+
+	// fate is closed once the manager has said how the ownership ends:
+	// handoff (with handoffCtx, live while the lock is still held) or loss.
+	fate       chan struct{}
+	fateOnce   sync.Once
+	handoffCtx context.Context
+
+	mu       sync.Mutex
+	queue    dueHeap
+	known    map[string]bool
+	boxes    map[string]*mailbox
+	runnable []unit
+	running  int
+	inflight map[string]*attempt
+	orphans  map[string]time.Time // pointers without a task object: when first seen
+	workers  sync.WaitGroup
+}
+
+// unit is what one worker runs: one entity-less task, or the head of a
+// mailbox.
+type unit struct {
+	it  *item
+	box *mailbox
+}
+
+// item is a known ready pointer.
+type item struct {
+	ptr task.Pointer
+}
+
+// mailbox serialises one entity's tasks, ordered by task id (submission
+// order).
+type mailbox struct {
+	key     string
+	pending []*item
+	busy    bool
+	inst    *instance
+}
+
+func newShardExec(h *Host, o sharding.Ownership) *shardExec {
+	return &shardExec{
+		h:        h,
+		own:      o,
+		ctx:      o.Ctx,
+		kickc:    make(chan struct{}, 1),
+		loopDone: make(chan struct{}),
+		fate:     make(chan struct{}),
+		known:    map[string]bool{},
+		boxes:    map[string]*mailbox{},
+		inflight: map[string]*attempt{},
+		orphans:  map[string]time.Time{},
+	}
+}
+
+func (e *shardExec) kick() {
+	select {
+	case e.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// decide records how the ownership ends, once: a handoff (ctx live while
+// the lock is held) or a loss (nil ctx).
+func (e *shardExec) decide(ctx context.Context, handoff bool) {
+	e.fateOnce.Do(func() {
+		if handoff {
+			e.handoffCtx = ctx
+		}
+		close(e.fate)
+	})
+}
+
+// waitStopped waits for the loop and every worker to return, or for ctx.
+func (e *shardExec) waitStopped(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		<-e.loopDone
+		e.workers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.mu.Lock()
+		n := len(e.inflight)
+		e.mu.Unlock()
+		e.h.metrics.stuck.Add(float64(n))
+		e.h.log.Warn("handoff: handlers still running after the interrupt wait; their tasks are left to takeover",
+			"shard", e.own.Shard.String(), "running", n)
+	}
+}
+
+// run is the shard's loop.
+func (e *shardExec) run() {
+	defer func() {
+		close(e.loopDone)
+		e.workers.Wait()
+		e.stopEntities()
+	}()
+	wakes, werr := e.h.wakes.WatchWakes(e.ctx, e.own.Shard)
+	if werr != nil && e.ctx.Err() == nil {
+		e.h.log.Warn("watching wake-ups failed; relying on reconciliation until it works", "shard", e.own.Shard.String(), "err", werr)
+	}
+	e.reconcile()
+	reconcile := time.NewTicker(e.h.cfg.ReconcileInterval)
+	defer reconcile.Stop()
+	rewatch := time.NewTicker(5 * time.Second)
+	defer rewatch.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	for {
+		next := e.dispatch()
+		due.Reset(next)
+		select {
+		case <-e.ctx.Done():
+			return
+		case ev, ok := <-wakes:
+			if !ok {
+				wakes = nil
+				continue
+			}
+			e.h.metrics.wakeups.Inc()
+			if ev.Resync {
+				e.reconcile()
+				continue
+			}
+			e.onWake(ev.Note)
+		case <-rewatch.C:
+			if wakes == nil && e.ctx.Err() == nil {
+				if ch, err := e.h.wakes.WatchWakes(e.ctx, e.own.Shard); err == nil {
+					wakes = ch
+					e.reconcile() // wake-ups may have been missed meanwhile
+				}
+			}
+		case <-reconcile.C:
+			e.reconcile()
+		case <-due.C:
+		case <-e.kickc:
+		}
+	}
+}
+
+// onWake queues the task a wake-up names, or pokes it if it is running (a
+// cancel request).
+func (e *shardExec) onWake(note string) {
+	p, err := task.ParsePointer(note)
+	if err != nil || p.Shard != e.own.Shard {
+		e.h.log.Debug("ignoring a wake-up that names no pointer of this shard", "shard", e.own.Shard.String(), "note", note)
+		return
+	}
+	e.mu.Lock()
+	if a := e.inflight[p.ID]; a != nil {
+		e.mu.Unlock()
+		a.poke()
+		return
+	}
+	e.mu.Unlock()
+	e.add(p)
+}
+
+// reconcile lists the shard's ready pointers and queues the unknown ones.
+func (e *shardExec) reconcile() {
+	e.h.metrics.reconciles.Inc()
+	after := ""
+	for e.ctx.Err() == nil {
+		ptrs, more, err := e.h.tasks.ListPointers(e.ctx, e.own.Shard, after, storage.MaxListLimit)
+		if err != nil {
+			if e.ctx.Err() == nil {
+				e.h.log.Warn("listing ready pointers failed; retrying at the next reconciliation", "shard", e.own.Shard.String(), "err", err)
+			}
+			return
+		}
+		for _, p := range ptrs {
+			e.add(p)
+		}
+		if !more || len(ptrs) == 0 {
+			return
+		}
+		after = ptrs[len(ptrs)-1].Key
+	}
+}
+
+// add queues a pointer unless its task is already known.
+func (e *shardExec) add(p task.Pointer) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.known[p.ID] {
+		return
+	}
+	e.known[p.ID] = true
+	heap.Push(&e.queue, &item{ptr: p})
+	e.h.metrics.queued.Inc()
+}
+
+// requeue puts a known item back in the heap, due at due.
+func (e *shardExec) requeue(it *item, due time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	it.ptr.Due = due
+	heap.Push(&e.queue, it)
+	e.h.metrics.queued.Inc()
+}
+
+// forget drops a task from the known set once its pointer is gone (or
+// parked until the next reconciliation).
+func (e *shardExec) forget(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.known, id)
+}
+
+// dispatch moves due pointers to their mailboxes and starts what the slots
+// allow. It returns how long until the next pointer falls due.
+func (e *shardExec) dispatch() time.Duration {
+	if e.ctx.Err() != nil {
+		return time.Hour
+	}
+	now, err := e.h.tasks.Now(e.ctx)
+	if err != nil {
+		return time.Second
+	}
+	e.mu.Lock()
+	// Everything due now goes to the mailboxes first, so that an entity's
+	// tasks that fell due together start in id order.
+	for e.queue.Len() > 0 && !e.queue[0].ptr.Due.After(now.Latest()) {
+		it := heap.Pop(&e.queue).(*item)
+		e.h.metrics.queued.Dec()
+		if it.ptr.EntityKey == "" {
+			e.runnable = append(e.runnable, unit{it: it})
+			continue
+		}
+		box := e.boxes[it.ptr.EntityKey]
+		if box == nil {
+			box = &mailbox{key: it.ptr.EntityKey}
+			e.boxes[it.ptr.EntityKey] = box
+		}
+		wasEmpty := len(box.pending) == 0
+		i, _ := slices.BinarySearchFunc(box.pending, it, func(a, b *item) int { return compareIDs(a.ptr.ID, b.ptr.ID) })
+		box.pending = slices.Insert(box.pending, i, it)
+		if wasEmpty && !box.busy {
+			e.runnable = append(e.runnable, unit{box: box})
+		}
+	}
+	var start []unit
+	for len(e.runnable) > 0 && e.running < e.h.cfg.MaxConcurrentPerShard {
+		if !e.h.acquireSlot(e) {
+			break
+		}
+		u := e.runnable[0]
+		e.runnable = e.runnable[1:]
+		if u.box != nil {
+			u.it = u.box.pending[0]
+			u.box.pending = u.box.pending[1:]
+			u.box.busy = true
+		}
+		e.running++
+		start = append(start, u)
+	}
+	next := time.Hour
+	if e.queue.Len() > 0 {
+		next = max(e.queue[0].ptr.Due.Sub(now.Latest()), time.Millisecond)
+	}
+	e.mu.Unlock()
+	for _, u := range start {
+		e.workers.Add(1)
+		e.h.metrics.running.Inc()
+		go e.work(u)
+	}
+	return next
+}
+
+// compareIDs orders task ids as submitted: UUIDv7 ids sort by creation.
+func compareIDs(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// work runs one unit, then returns its slots and, for a mailbox with more
+// tasks, queues the mailbox again.
+func (e *shardExec) work(u unit) {
+	defer e.workers.Done()
+	e.process(u.it, u.box)
+	e.h.metrics.running.Dec()
+	e.h.releaseSlot()
+	e.mu.Lock()
+	e.running--
+	if u.box != nil {
+		u.box.busy = false
+		if len(u.box.pending) > 0 && e.ctx.Err() == nil {
+			e.runnable = append(e.runnable, unit{box: u.box})
+		} else if len(u.box.pending) == 0 && u.box.inst == nil {
+			delete(e.boxes, u.box.key)
+		}
+	}
+	e.mu.Unlock()
+	e.kick()
+}
+
+// passivate stops an idle instance of this shard.
+func (e *shardExec) passivate(in *instance, reason StopReason) {
+	e.mu.Lock()
+	box := in.box
+	if box.busy || box.inst != in {
+		e.mu.Unlock()
+		return
+	}
+	box.inst = nil
+	if len(box.pending) == 0 {
+		delete(e.boxes, box.key)
+	}
+	e.mu.Unlock()
+	e.h.stopInstance(in, reason)
+}
+
+// stopEntities stops every instance of the shard once its workers are done.
+func (e *shardExec) stopEntities() {
+	reason := StopShardLost
+	select {
+	case <-e.fate:
+		if e.handoffCtx != nil {
+			reason = StopShardReleased
+		}
+	default:
+	}
+	e.mu.Lock()
+	var insts []*instance
+	for _, box := range e.boxes {
+		if box.inst != nil {
+			insts = append(insts, box.inst)
+			box.inst = nil
+		}
+	}
+	clear(e.boxes)
+	n := e.queue.Len()
+	e.queue = nil
+	e.mu.Unlock()
+	e.h.metrics.queued.Sub(float64(n))
+	for _, in := range insts {
+		e.h.stopInstance(in, reason)
+	}
+}
+
+// awaitFate waits for the manager's decision on how the ownership ends,
+// which comes right after the ownership context is cancelled.
+func (e *shardExec) awaitFate() (handoff context.Context) {
+	select {
+	case <-e.fate:
+		return e.handoffCtx
+	case <-time.After(e.h.cfg.HookTimeout):
+		return nil
+	}
+}
+
+var errNotOwned = errors.New("entity: shard no longer owned")
+
+// dueHeap orders pointers by due time, then id.
+type dueHeap []*item
+
+func (q dueHeap) Len() int { return len(q) }
+func (q dueHeap) Less(i, j int) bool {
+	if !q[i].ptr.Due.Equal(q[j].ptr.Due) {
+		return q[i].ptr.Due.Before(q[j].ptr.Due)
+	}
+	return q[i].ptr.ID < q[j].ptr.ID
+}
+func (q dueHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *dueHeap) Push(x any)   { *q = append(*q, x.(*item)) }
+func (q *dueHeap) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
