@@ -31,9 +31,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'PlannedHandoff' -benchtime 2x ./sharding/
 	$(GO) test -run '^$$' -bench 'CrashFailover' -benchtime 5x ./sharding/
 
-## integration: the long multi-runner suites
+## integration: the long soak (every fault kind, 5 runner processes) with its audit summary
 integration:
-	$(GO) test -race -count=1 -timeout 60m -tags integration ./integration/...
+	bash -o pipefail -c "$(GO) test -race -count=1 -timeout 60m -tags integration -v -run 'TestSoak' ./integration/... | grep -E 'SOAK SUMMARY|fault [0-9]+:|^(--- |ok|FAIL|PASS)|_test.go:'"
+	@echo "(the full integration package, process tests included, also runs in make test)"
 
 ## dev: a local cluster on embedded etcd and S3
 dev:

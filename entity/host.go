@@ -111,6 +111,9 @@ func (h *Host) RegisterFunc(typ string, fn HandlerFunc) error {
 	return h.reg.register(typ, func(string) (Entity, error) { return fn, nil })
 }
 
+// Types lists the registered task types, sorted.
+func (h *Host) Types() []string { return h.reg.names() }
+
 // ShardAcquired starts executing the shard's tasks.
 func (h *Host) ShardAcquired(o sharding.Ownership) {
 	h.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync"
 
 	"github.com/tenurehq/tenure/entity/task"
@@ -97,4 +98,15 @@ func (r *registry) lookup(typ string) (Factory, bool) {
 	defer r.mu.RUnlock()
 	f, ok := r.types[typ]
 	return f, ok
+}
+
+func (r *registry) names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.types))
+	for n := range r.types {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }

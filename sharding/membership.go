@@ -79,6 +79,11 @@ func (m *Manager) recomputeLocked() {
 			n++
 		}
 	}
+	for s := range m.pending { // no longer ours to wait for
+		if m.assignment[s] != m.self.ID {
+			delete(m.pending, s)
+		}
+	}
 	m.metrics.assigned.Set(float64(n))
 }
 

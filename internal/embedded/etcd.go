@@ -31,9 +31,12 @@ type EtcdConfig struct {
 
 // Etcd is a running embedded etcd server.
 type Etcd struct {
+	mu       sync.Mutex
 	e        *embed.Etcd
+	cfg      *embed.Config
+	timeout  time.Duration
 	endpoint string
-	once     sync.Once
+	closed   bool
 }
 
 // StartEtcd starts an etcd server and waits until it serves clients.
@@ -133,7 +136,7 @@ func launch(cfg *embed.Config, timeout time.Duration) (*Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded: etcd at %s not ready after %s", addr, timeout)
 	}
-	return &Etcd{e: e, endpoint: "http://" + addr}, nil
+	return &Etcd{e: e, cfg: cfg, timeout: timeout, endpoint: "http://" + addr}, nil
 }
 
 // StartEtcdCluster starts an n-member cluster with fast timings, members'
@@ -189,9 +192,42 @@ func StartEtcdCluster(dir string, n int, logger *zap.Logger) ([]*Etcd, error) {
 // Endpoint is the client URL, e.g. "http://127.0.0.1:2379".
 func (e *Etcd) Endpoint() string { return e.endpoint }
 
-// Err reports fatal server errors.
-func (e *Etcd) Err() <-chan error { return e.e.Err() }
-
 // Close stops the server. Close clients first: the server waits for their
 // streams to drain. Close is idempotent.
-func (e *Etcd) Close() { e.once.Do(e.e.Close) }
+func (e *Etcd) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.e.Close()
+}
+
+// Restart starts a closed member again on its data directory and
+// addresses, as after a crash and reboot. Members of a cluster restarted
+// together rejoin it; a lone member must wait for the others.
+func (e *Etcd) Restart() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		return fmt.Errorf("embedded: etcd at %s: restart of a running member", e.endpoint)
+	}
+	cfg := *e.cfg
+	next, err := launchNoWait(&cfg)
+	if err != nil {
+		return err
+	}
+	e.e, e.closed = next, false
+	return nil
+}
+
+// launchNoWait starts a member without waiting for it to serve: a member
+// of a cluster without quorum is not ready until the others come back.
+func launchNoWait(cfg *embed.Config) (*embed.Etcd, error) {
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: restart etcd at %s: %w", cfg.ListenClientUrls[0].Host, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
+	s3store "github.com/tenurehq/tenure/storage/s3"
+)
+
+// CLI is what every command gets: where to write, the environment, and the
+// global flags. Commands read nothing else from the process, so tests run
+// them with buffers and a made-up environment.
+type CLI struct {
+	Stdout, Stderr io.Writer
+	// Environ is the environment (os.Environ()); the TENURE_* variables in
+	// it configure the commands.
+	Environ []string
+	// ConfigPath is the global --config flag; "" means
+	// ./.tenure-dev/tenure.yaml when it exists.
+	ConfigPath string
+	// Version is the CLI's version, sent to runners as the User-Agent.
+	Version string
+}
+
+// ErrNoConfig reports that no config was given and none was found.
+var ErrNoConfig = errors.New("no config: run `tenure dev` here or pass --config")
+
+// ErrNotInitialised reports a cluster whose meta is not in etcd yet.
+var ErrNotInitialised = errors.New("cluster not initialised: no runner has started")
+
+// devConfigPath is where `tenure dev` writes its config, relative to the
+// working directory.
+var devConfigPath = filepath.Join(DevDir, "tenure.yaml")
+
+// LoadConfig loads the config: the file of --config, else
+// ./.tenure-dev/tenure.yaml when it exists, then the TENURE_* variables of
+// the environment, then overrides ("key=value"). With no file at all it
+// fails with ErrNoConfig, unless TENURE_* variables configure the commands
+// on their own (as in a container).
+func (c *CLI) LoadConfig(overrides []string) (runner.Config, error) {
+	path := c.ConfigPath
+	if path == "" {
+		if _, err := os.Stat(devConfigPath); err == nil {
+			path = devConfigPath
+		} else if !slices.ContainsFunc(c.Environ, func(kv string) bool { return strings.HasPrefix(kv, runner.EnvPrefix) }) {
+			return runner.Config{}, ErrNoConfig
+		}
+	}
+	return runner.Load(path, c.Environ, overrides)
+}
+
+// Conn is a client's connection to a cluster: its etcd (runners, locks,
+// meta, dynamic config, wake-ups), its S3 bucket and a task client.
+type Conn struct {
+	Config  runner.Config
+	Meta    storage.ClusterMeta
+	Etcd    *etcd.Store
+	Objects *s3store.Store
+	Tasks   *task.Client
+	// Group is the shard group tasks are submitted to by default: "default"
+	// when the cluster has it, else its first group.
+	Group string
+
+	logger *slog.Logger // warnings of the task client, on stderr
+}
+
+// Close closes the etcd connection (the S3 client holds nothing to close).
+func (c *Conn) Close() error { return c.Etcd.Close() }
+
+// Connect dials the cluster of cfg: etcd under /tenure/<cluster>/ and the
+// S3 bucket under its prefix. It reads the cluster meta, which the task
+// client needs for placement: a cluster no runner has started yet gives
+// ErrNotInitialised. No S3 request is made.
+func (c *CLI) Connect(ctx context.Context, cfg runner.Config) (*Conn, error) {
+	obj, err := openObjects(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := c.dialEtcd(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := rs.Meta(ctx)
+	if err != nil {
+		rs.Close()
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil, fmt.Errorf("%w (cluster %q, etcd %s)", ErrNotInitialised, cfg.Cluster, strings.Join(cfg.Etcd.Endpoints, ","))
+		}
+		return nil, err
+	}
+	group := meta.Groups[0]
+	if slices.Contains(meta.Groups, storage.DefaultGroup) {
+		group = storage.DefaultGroup
+	}
+	logger := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store := task.NewStore(obj, task.WithMaxInputSize(cfg.Entity.MaxInputSize), task.WithLogger(logger))
+	tc, err := task.NewClient(store, task.ClientConfig{Group: group, Shards: meta.Shards, Waker: rs, Logger: logger})
+	if err != nil {
+		rs.Close()
+		return nil, err
+	}
+	return &Conn{Config: cfg, Meta: meta, Etcd: rs, Objects: obj, Tasks: tc, Group: group, logger: logger}, nil
+}
+
+// dialEtcd connects to the cluster's etcd only (for the commands that need
+// nothing else).
+func (c *CLI) dialEtcd(ctx context.Context, cfg runner.Config) (*etcd.Store, error) {
+	tlsCfg, err := runner.EtcdTLS(cfg.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	return etcd.Dial(ctx, etcd.DialConfig{
+		Endpoints:   cfg.Etcd.Endpoints,
+		DialTimeout: cfg.Etcd.DialTimeout.Std(),
+		TLS:         tlsCfg,
+		Username:    cfg.Etcd.Username,
+		Password:    cfg.Etcd.Password,
+	}, etcd.WithPrefix(runner.EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std()))
+}
+
+// openObjects builds the S3 store; it makes no request.
+func openObjects(ctx context.Context, cfg runner.Config) (*s3store.Store, error) {
+	cc := s3store.DefaultClientConfig()
+	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
+	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
+	client, err := s3store.NewClient(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	return s3store.New(client, cfg.S3.Bucket, s3store.WithPrefix(runner.S3Prefix(cfg)),
+		s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std()))
+}
+
+// newFlags returns a command's flag set: errors and usage go to stderr,
+// and usage is the command's text followed by its flags.
+func newFlags(cli *CLI, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(cli.Stderr)
+	fs.Usage = func() {
+		fmt.Fprint(cli.Stderr, usage)
+		fmt.Fprintln(cli.Stderr, "\nflags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags wherever they are among args (the flag package
+// stops at the first argument that is not one, but `task submit echo
+// --wait` should work) and returns the other arguments. "--" ends the
+// flags.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// durationFlag is a duration flag that names what it wants when the value
+// does not parse, and refuses negative values.
+type durationFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *durationFlag) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 500ms, 30s or 5m")
+	}
+	if d < 0 {
+		return fmt.Errorf("must not be negative")
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+// lineError keeps an error to one line (joined errors are separated by
+// "; ") while errors.Is and errors.As still see the original.
+type lineError struct{ err error }
+
+func (e lineError) Error() string {
+	return strings.ReplaceAll(strings.TrimSpace(e.err.Error()), "\n", "; ")
+}
+
+func (e lineError) Unwrap() error { return e.err }
+
+func flatten(err error) error {
+	if err == nil || !strings.Contains(err.Error(), "\n") {
+		return err
+	}
+	return lineError{err}
+}
+
+// Admin HTTP timeouts: runners answer their admin endpoints from memory, so
+// a slow answer means an unreachable or stuck runner.
+const (
+	adminStatusTimeout = time.Second
+	adminActionTimeout = 5 * time.Second
+)
+
+// admin calls runners' admin endpoints (GET /debug/status, POST
+// /admin/drain). Admin addresses are cluster-internal, so no proxy is used.
+type admin struct {
+	hc        *http.Client
+	userAgent string
+}
+
+func newAdmin(cli *CLI) *admin {
+	return &admin{
+		hc: &http.Client{Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: adminActionTimeout}).DialContext,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     10 * time.Second,
+		}},
+		userAgent: "tenure-cli/" + cli.Version,
+	}
+}
+
+// close drops the idle connections, so a command leaves nothing behind.
+func (a *admin) close() { a.hc.CloseIdleConnections() }
+
+// adminURL joins a runner's registered address ("host:port", or a URL)
+// and a path.
+func adminURL(addr, path string) string {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return strings.TrimSuffix(addr, "/") + path
+}
+
+// runnerState is what a runner's GET /debug/status reports, decoded
+// leniently: each field on its own, absent or malformed ones left nil, so
+// that runners of other versions still show what they can.
+type runnerState struct {
+	Attached         *bool
+	Mode             string
+	DetachReason     string
+	LeaseDeadlineLag *float64
+	Owned            *int
+	Draining         bool
+	ConfigVersion    *int64
+	ConfigCanary     bool
+	ConfigError      string
+	Version          string
+	Types            []string
+	HasTypes         bool // the runner reported its types
+}
+
+func decodeRunnerState(b []byte) (runnerState, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return runnerState{}, fmt.Errorf("status is not a JSON object: %w", err)
+	}
+	var st runnerState
+	st.Attached = field[bool](raw, "attached")
+	st.LeaseDeadlineLag = field[float64](raw, "lease_deadline_lag_seconds")
+	st.Owned = field[int](raw, "owned")
+	st.ConfigVersion = field[int64](raw, "config_version")
+	st.Mode = deref(field[string](raw, "mode"))
+	st.DetachReason = deref(field[string](raw, "detach_reason"))
+	st.Draining = deref(field[bool](raw, "draining"))
+	st.ConfigCanary = deref(field[bool](raw, "config_canary"))
+	st.ConfigError = deref(field[string](raw, "config_error"))
+	st.Version = deref(field[string](raw, "version"))
+	if types := field[[]string](raw, "types"); types != nil {
+		st.Types, st.HasTypes = *types, true
+	}
+	return st, nil
+}
+
+func field[T any](raw map[string]json.RawMessage, key string) *T {
+	b, ok := raw[key]
+	if !ok || string(b) == "null" {
+		return nil
+	}
+	var v T
+	if json.Unmarshal(b, &v) != nil {
+		return nil
+	}
+	return &v
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// status fetches a runner's /debug/status within adminStatusTimeout.
+func (a *admin) status(ctx context.Context, addr string) (runnerState, error) {
+	if addr == "" {
+		return runnerState{}, errors.New("no admin address registered")
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminStatusTimeout)
+	defer cancel()
+	body, err := a.do(ctx, http.MethodGet, adminURL(addr, "/debug/status"))
+	if err != nil {
+		return runnerState{}, err
+	}
+	return decodeRunnerState(body)
+}
+
+// do makes one admin request; a status other than 2xx is an error quoting
+// the start of the body.
+func (a *admin) do(ctx context.Context, method, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", a.userAgent)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading the response: %w", method, url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		msg := strings.TrimSpace(string(body))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, msg)
+	}
+	return body, nil
+}
+
+// runnerStates fetches the status of every runner at once; the error of
+// an unreachable one is kept instead.
+func (a *admin) runnerStates(ctx context.Context, runners []storage.RunnerInfo) ([]runnerState, []error) {
+	states := make([]runnerState, len(runners))
+	errs := make([]error, len(runners))
+	var wg sync.WaitGroup
+	for i, r := range runners {
+		wg.Go(func() { states[i], errs[i] = a.status(ctx, r.Addr) })
+	}
+	wg.Wait()
+	return states, errs
+}

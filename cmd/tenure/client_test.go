@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// cmdFunc is the signature every command has.
+type cmdFunc func(context.Context, *CLI, []string) error
+
+// cliCluster is a cluster for CLI tests: its own name (and so etcd prefix)
+// on the shared etcd, its own bucket on the shared S3, and a config file
+// naming them.
+type cliCluster struct {
+	t       *testing.T
+	name    string
+	shards  int
+	cfgPath string
+	etcd    *etcd.Store // the test's own view of the cluster's etcd keys
+}
+
+const cliShards = 8
+
+// newCLICluster writes the config of a new cluster; initialise writes its
+// meta, as the first runner would.
+func newCLICluster(t *testing.T, initialise bool) *cliCluster {
+	t.Helper()
+	e := testenv.SharedEtcd(t)
+	s3 := testenv.SharedS3(t)
+	c := &cliCluster{t: t, name: testenv.Name(t, 40), shards: cliShards}
+	ak, sk := s3.Credentials()
+	cfg := fmt.Sprintf(`cluster: %s
+shards: %d
+admin_addr: 127.0.0.1:0
+etcd:
+  endpoints: [%s]
+  request_timeout: 2s
+s3:
+  endpoint: %s
+  bucket: %s
+  path_style: true
+  access_key: %s
+  secret_key: %s
+lease:
+  ttl: 2s
+detachment:
+  recover_window: 500ms
+sharding:
+  rebalance_debounce: 50ms
+  rebalance_interval: 2s
+  interrupt_timeout: 2s
+entity:
+  task_lease: 3s
+  reconcile_interval: 2s
+drain_timeout: 10s
+log:
+  level: warn
+`, c.name, c.shards, e.Endpoint(), s3.Endpoint(), s3.Bucket(t), ak, sk)
+	c.cfgPath = filepath.Join(t.TempDir(), "tenure.yaml")
+	if err := os.WriteFile(c.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	c.etcd, err = etcd.New(e.Client(t), etcd.WithPrefix(runner.EtcdPrefix(c.name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.etcd.Close() })
+	if initialise {
+		ctx := testCtx(t, 10*time.Second)
+		meta := storage.ClusterMeta{Shards: c.shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}
+		if _, err := c.etcd.EnsureMeta(ctx, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// run runs a command against the cluster and returns what it printed.
+func (c *cliCluster) run(fn cmdFunc, args ...string) (stdout, stderr string, err error) {
+	c.t.Helper()
+	return runCmd(c.t, c.cfgPath, fn, args...)
+}
+
+func runCmd(t *testing.T, cfgPath string, fn cmdFunc, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cli := &CLI{Stdout: &out, Stderr: &errOut, Environ: []string{"USER=tester"}, ConfigPath: cfgPath, Version: "test"}
+	err := fn(testCtx(t, 60*time.Second), cli, args)
+	return out.String(), errOut.String(), err
+}
+
+// mustRun runs a command that must succeed.
+func (c *cliCluster) mustRun(fn cmdFunc, args ...string) string {
+	c.t.Helper()
+	out, errOut, err := c.run(fn, args...)
+	if err != nil {
+		c.t.Fatalf("%q: %v\nstdout: %s\nstderr: %s", args, err, out, errOut)
+	}
+	return out
+}
+
+// cliRunner is a runner running in the test process, as `tenure run`
+// would run it.
+type cliRunner struct {
+	t      *testing.T
+	id     string
+	r      *runner.Runner
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startRunner starts a runner with the built-in handlers and a "fail"
+// type whose command always fails.
+func (c *cliCluster) startRunner(id string) *cliRunner {
+	t := c.t
+	t.Helper()
+	cfg, err := runner.Load(c.cfgPath, nil, []string{"runner_id=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("runner %s logs:\n%s", id, logs.String())
+		}
+	})
+	r, err := runner.New(cfg, runner.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
+		runner.WithTypes(func(h *entity.Host) error {
+			if err := runner.RegisterBuiltins(h); err != nil {
+				return err
+			}
+			return runner.RegisterHandlers(h, []string{"fail=exec:echo broken >&2; exit 1"})
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &cliRunner{t: t, id: id, r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { x.done <- r.Run(ctx) }()
+	t.Cleanup(x.stop)
+	waitUntil(t, "runner "+id+" serves its admin endpoint", 20*time.Second, func() bool { return r.AdminAddr() != "" })
+	return x
+}
+
+func (x *cliRunner) stop() {
+	if x.cancel == nil {
+		return
+	}
+	x.cancel()
+	x.cancel = nil
+	select {
+	case <-x.done:
+	case <-time.After(30 * time.Second):
+		x.t.Errorf("runner %s did not stop within 30s", x.id)
+	}
+}
+
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitUntil polls cond until it holds or the time is up.
+func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertOneLine fails unless err is a non-nil one-line error containing
+// want.
+func assertOneLine(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	switch {
+	case err == nil:
+		t.Errorf("%s: no error, want one containing %q", what, want)
+	case strings.Contains(err.Error(), "\n"):
+		t.Errorf("%s: error spans lines:\n%v", what, err)
+	case !strings.Contains(err.Error(), want):
+		t.Errorf("%s: error %q does not contain %q", what, err, want)
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := os.Stat(devConfigPath); err == nil {
+		t.Skipf("%s exists in the working directory", devConfigPath)
+	}
+	cli := &CLI{Stderr: &bytes.Buffer{}, Stdout: &bytes.Buffer{}}
+	_, err := cli.LoadConfig(nil)
+	if !errors.Is(err, ErrNoConfig) || err.Error() != "no config: run `tenure dev` here or pass --config" {
+		t.Errorf("no config anywhere: err = %v, want ErrNoConfig", err)
+	}
+
+	// TENURE_* variables alone are a config (containers have no file).
+	cli.Environ = []string{"TENURE_ETCD_ENDPOINTS=http://127.0.0.1:2379", "TENURE_S3_BUCKET=b", "TENURE_CLUSTER=c9"}
+	cfg, err := cli.LoadConfig([]string{"shards=4"})
+	if err != nil || cfg.Cluster != "c9" || cfg.Shards != 4 || cfg.S3.Bucket != "b" {
+		t.Errorf("env-only config: %+v, %v", cfg, err)
+	}
+
+	cli.Environ = nil
+	cli.ConfigPath = filepath.Join(dir, "missing.yaml")
+	_, err = cli.LoadConfig(nil)
+	assertOneLine(t, "missing file", flatten(err), "missing.yaml")
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: err = %v, want os.ErrNotExist in the chain", err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("etcd:\n  endpointz: [x]\n"), 0o600)
+	cli.ConfigPath = bad
+	_, err = cli.LoadConfig(nil)
+	assertOneLine(t, "unknown key", flatten(err), "endpointz")
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		pos  []string
+		wait bool
+		in   string
+	}{
+		{[]string{"echo", "--input", `{"x":1}`, "--wait"}, []string{"echo"}, true, `{"x":1}`},
+		{[]string{"--wait", "echo"}, []string{"echo"}, true, ""},
+		{[]string{"a", "--input=1", "b"}, []string{"a", "b"}, false, "1"},
+		{[]string{"a", "--", "--wait", "-x"}, []string{"a", "--wait", "-x"}, false, ""},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		wait := fs.Bool("wait", false, "")
+		in := fs.String("input", "", "")
+		pos, err := parseArgs(fs, tc.args)
+		if err != nil || !slices.Equal(pos, tc.pos) || *wait != tc.wait || *in != tc.in {
+			t.Errorf("parseArgs(%q) = %q, %v (wait %v, input %q); want %q (wait %v, input %q)", tc.args, pos, err, *wait, *in, tc.pos, tc.wait, tc.in)
+		}
+	}
+}
+
+func TestConnectErrors(t *testing.T) {
+	// A cluster no runner started: no meta.
+	c := newCLICluster(t, false)
+	_, _, err := c.run(Status)
+	if !errors.Is(err, ErrNotInitialised) {
+		t.Errorf("uninitialised cluster: err = %v, want ErrNotInitialised", err)
+	}
+	assertOneLine(t, "uninitialised cluster", err, c.name)
+
+	// Nothing listens at the etcd endpoint: a bounded, clear failure.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	start := time.Now()
+	var out, errOut bytes.Buffer
+	cli := &CLI{Stdout: &out, Stderr: &errOut, ConfigPath: c.cfgPath,
+		Environ: []string{"TENURE_ETCD_ENDPOINTS=" + dead, "TENURE_ETCD_DIAL_TIMEOUT=500ms"}}
+	err = Status(testCtx(t, 30*time.Second), cli, nil)
+	assertOneLine(t, "unreachable etcd", err, dead)
+	if !errors.Is(err, storage.ErrUnavailable) {
+		t.Errorf("unreachable etcd: err = %v, want storage.ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("unreachable etcd took %s to report", d)
+	}
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/storage"
+)
+
+const configUsage = `usage: tenure config <command> [flags]
+
+commands:
+  get                          show the dynamic config and who runs what
+  set KEY=VALUE… [--rollout P] change settings, for P percent of the runners
+
+The dynamic config (the etcd key /tenure/<cluster>/config) changes the
+detachment settings of running runners without a restart.
+`
+
+const configGetUsage = `usage: tenure config get [--json]
+
+Shows the dynamic config document: its version, the base settings every
+runner gets, the canary settings of a change in progress and the percentage
+of runners it reaches, and for every live runner its rollout bucket and
+which layer it gets. --json prints the document with its etcd "revision"
+and "runners": [{"id", "bucket", "canary"}].
+`
+
+// configSetUsage is completed with the dynamic keys.
+const configSetUsage = `usage: tenure config set KEY=VALUE… [--rollout PCT]
+
+Changes dynamic settings. With --rollout below 100 the change goes to a
+canary: the runners whose bucket (xxhash64 of the runner id, mod 100) is
+below PCT run it, the others keep the base. Raising PCT only adds runners;
+--rollout 100 (the default) makes the change, and any canary in progress,
+everyone's base. Without KEY=VALUE, --rollout moves the canary in progress:
+'tenure config set --rollout 100' promotes it, --rollout 0 pauses it.
+
+The document is checked before it is written (unknown key, bad value: an
+error and nothing written) and written with a compare-and-swap on its etcd
+revision, retried when someone else wrote first. Every write increments the
+version, which runners export as a metric label.
+
+Typical rollout: detachment.mode=observe --rollout 10, then 50, then 100;
+later detachment.mode=enforce the same way.
+
+keys: `
+
+// configCASTries bounds how often `config set` re-reads the document after
+// losing a compare-and-swap to another writer.
+const configCASTries = 5
+
+// configCommand runs `tenure config <get|set>`.
+func configCommand(ctx context.Context, cli *CLI, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(cli.Stderr, configUsage)
+		return errors.New("missing command (get or set)")
+	}
+	switch args[0] {
+	case "-h", "--help", "-help", "help":
+		fmt.Fprint(cli.Stderr, configUsage)
+		return flag.ErrHelp
+	case "get":
+		return ConfigGet(ctx, cli, args[1:])
+	case "set":
+		return ConfigSet(ctx, cli, args[1:])
+	}
+	return fmt.Errorf("unknown command %q (get or set)", args[0])
+}
+
+// ConfigReport is the output of `tenure config get --json`: the stored
+// document (runner.DynamicDoc's fields), its etcd revision (0: absent) and
+// the live runners with the layer each gets.
+type ConfigReport struct {
+	Revision int64 `json:"revision"`
+	runner.DynamicDoc
+	// Error says why the stored document is invalid (runners ignore it).
+	Error   string         `json:"error,omitempty"`
+	Runners []ConfigRunner `json:"runners"`
+}
+
+// ConfigRunner is a live runner of a ConfigReport.
+type ConfigRunner struct {
+	ID     string `json:"id"`
+	Bucket int    `json:"bucket"` // runner.RolloutBucket of its id
+	Canary bool   `json:"canary"` // it gets the canary layer
+}
+
+// ConfigGet runs `tenure config get`.
+func ConfigGet(ctx context.Context, cli *CLI, args []string) error {
+	fs := newFlags(cli, "config get", configGetUsage)
+	asJSON := fs.Bool("json", false, "print the document as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("get: unexpected argument %q", pos[0])
+	}
+	rs, err := cli.configStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	cv, err := rs.Config(ctx)
+	if err != nil {
+		return err
+	}
+	rep := &ConfigReport{Revision: cv.Revision}
+	if cv.Value != nil {
+		if rep.DynamicDoc, err = runner.ParseDynamicDoc(cv.Value); err != nil {
+			rep.Error = flatten(err).Error()
+		}
+	}
+	if err := addRunners(ctx, cli, rs, rep); err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(cli.Stdout, rep)
+	}
+	printConfig(cli.Stdout, rep)
+	return nil
+}
+
+// ConfigSet runs `tenure config set`.
+func ConfigSet(ctx context.Context, cli *CLI, args []string) error {
+	fs := newFlags(cli, "config set", configSetUsage+strings.Join(runner.DynamicKeys, ", ")+"\n")
+	rollout := fs.Int("rollout", 100, "`PCT` of the runners (by bucket) get the change, 0–100")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	rolloutSet := false
+	fs.Visit(func(f *flag.Flag) { rolloutSet = rolloutSet || f.Name == "rollout" })
+	kv := map[string]string{}
+	for _, a := range pos {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("set: %q: want KEY=VALUE (keys: %s)", a, strings.Join(runner.DynamicKeys, ", "))
+		}
+		if _, dup := kv[k]; dup {
+			return fmt.Errorf("set: %s is given twice", k)
+		}
+		kv[k] = v
+	}
+	switch {
+	case *rollout < 0 || *rollout > 100:
+		return fmt.Errorf("set: --rollout %d: must be a percentage, 0–100", *rollout)
+	case len(kv) == 0 && !rolloutSet:
+		return errors.New("set: nothing to set: give KEY=VALUE… and/or --rollout PCT (see tenure config set --help)")
+	}
+	// Check the change on its own first, so that a bad key or value is
+	// reported before connecting to anything.
+	if err := (runner.DynamicDoc{}).Change(kv, *rollout, "", time.Time{}).Check(); err != nil {
+		return flatten(err)
+	}
+	rs, err := cli.configStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	by := whoAmI(cli.Environ)
+	doc, rev, err := updateConfig(ctx, rs, func(cur runner.DynamicDoc) (runner.DynamicDoc, error) {
+		if len(kv) == 0 && cur.Canary == nil {
+			return cur, fmt.Errorf("set: no canary in progress to move (version %d): give KEY=VALUE to start one", cur.Version)
+		}
+		return cur.Change(kv, *rollout, by, time.Now()), nil
+	})
+	if err != nil {
+		return err
+	}
+	rep := &ConfigReport{Revision: rev, DynamicDoc: doc}
+	if err := addRunners(ctx, cli, rs, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(cli.Stdout, "wrote dynamic config version %d\n", doc.Version)
+	printConfig(cli.Stdout, rep)
+	return nil
+}
+
+// configStore is the part of the runner store `config` uses.
+type configStore interface {
+	Config(ctx context.Context) (storage.ConfigValue, error)
+	PutConfig(ctx context.Context, value []byte, prevRevision int64) (int64, error)
+}
+
+// updateConfig applies change to the stored document (version 0 when
+// absent) and writes the result if the document has not changed since it
+// was read, re-reading and retrying up to configCASTries times otherwise.
+// The result is checked before it is written.
+func updateConfig(ctx context.Context, st configStore, change func(runner.DynamicDoc) (runner.DynamicDoc, error)) (runner.DynamicDoc, int64, error) {
+	var lost error
+	for range configCASTries {
+		cv, err := st.Config(ctx)
+		if err != nil {
+			return runner.DynamicDoc{}, 0, err
+		}
+		var cur runner.DynamicDoc
+		if cv.Value != nil {
+			// A stored document that decodes but fails the checks is
+			// still the base of the change: the checks below run on the
+			// result.
+			if cur, err = runner.ParseDynamicDoc(cv.Value); err != nil && cur.Version == 0 {
+				return runner.DynamicDoc{}, 0, fmt.Errorf("set: the stored dynamic config (etcd revision %d) does not decode; fix or delete it with etcdctl: %w", cv.Revision, flatten(err))
+			}
+		}
+		next, err := change(cur)
+		if err != nil {
+			return runner.DynamicDoc{}, 0, err
+		}
+		if err := next.Check(); err != nil {
+			return runner.DynamicDoc{}, 0, flatten(fmt.Errorf("set: version %d would be invalid; nothing written: %w", next.Version, err))
+		}
+		b, err := json.Marshal(next)
+		if err != nil {
+			return runner.DynamicDoc{}, 0, err
+		}
+		rev, err := st.PutConfig(ctx, b, cv.Revision)
+		if errors.Is(err, storage.ErrPrecondition) {
+			lost = err
+			continue
+		}
+		if err != nil {
+			return runner.DynamicDoc{}, 0, err
+		}
+		return next, rev, nil
+	}
+	return runner.DynamicDoc{}, 0, fmt.Errorf("set: the document kept changing under us (%d tries); try again: %w", configCASTries, lost)
+}
+
+// configStore connects to the cluster's etcd only: `config` needs neither
+// S3 nor an initialised cluster (the rollout can be staged before the
+// first runner starts).
+func (c *CLI) configStore(ctx context.Context) (interface {
+	configStore
+	Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error)
+	Close() error
+}, error) {
+	cfg, err := c.LoadConfig(nil)
+	if err != nil {
+		return nil, flatten(err)
+	}
+	rs, err := c.dialEtcd(ctx, cfg)
+	if err != nil {
+		return nil, flatten(err)
+	}
+	return rs, nil
+}
+
+// addRunners lists the live runners and the layer each gets.
+func addRunners(ctx context.Context, cli *CLI, rs interface {
+	Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error)
+}, rep *ConfigReport) error {
+	runners, _, err := rs.Runners(ctx)
+	if err != nil {
+		if !errors.Is(err, storage.ErrCorrupt) {
+			return err
+		}
+		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
+	}
+	rep.Runners = []ConfigRunner{}
+	for _, r := range runners {
+		_, canary := rep.For(r.ID)
+		rep.Runners = append(rep.Runners, ConfigRunner{ID: r.ID, Bucket: runner.RolloutBucket(r.ID), Canary: canary})
+	}
+	slices.SortFunc(rep.Runners, func(a, b ConfigRunner) int { return strings.Compare(a.ID, b.ID) })
+	return nil
+}
+
+func printConfig(w io.Writer, rep *ConfigReport) {
+	if rep.Revision == 0 {
+		fmt.Fprintln(w, "no dynamic config (version 0): runners run their own config")
+	} else {
+		fmt.Fprintf(w, "dynamic config version %d (etcd revision %d), updated %s by %s\n",
+			rep.Version, rep.Revision, rep.UpdatedAt.UTC().Format(time.RFC3339), orDash(rep.UpdatedBy))
+	}
+	if rep.Error != "" {
+		fmt.Fprintf(w, "INVALID, ignored by the runners: %s\n", rep.Error)
+	}
+	layer := func(title string, m map[string]string) {
+		fmt.Fprintln(w, title)
+		if len(m) == 0 {
+			fmt.Fprintln(w, "  (nothing set: the runners' own config)")
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(w, "  %s = %s\n", k, m[k])
+		}
+	}
+	if rep.Revision != 0 {
+		layer("base (every runner not on the canary):", rep.Base)
+		if rep.Canary != nil {
+			layer(fmt.Sprintf("canary (runners with bucket < %d, i.e. %d%%):", rep.Rollout, rep.Rollout), rep.Canary)
+		}
+	}
+	if len(rep.Runners) == 0 {
+		fmt.Fprintln(w, "no live runners")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNNER\tBUCKET\tGETS")
+	for _, r := range rep.Runners {
+		gets := "base"
+		if r.Canary {
+			gets = "canary"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", r.ID, r.Bucket, gets)
+	}
+	tw.Flush()
+}
+
+// whoAmI names the writer of a config change: user@host.
+func whoAmI(environ []string) string {
+	name := ""
+	for _, key := range []string{"USER=", "LOGNAME="} {
+		for _, kv := range environ {
+			if v, ok := strings.CutPrefix(kv, key); ok && v != "" && name == "" {
+				name = v
+			}
+		}
+	}
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	return strings.TrimSuffix(name+"@"+host, "@")
+}

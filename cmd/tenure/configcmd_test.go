@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/storage"
+)
+
+func getConfig(t *testing.T, c *cliCluster) ConfigReport {
+	t.Helper()
+	var rep ConfigReport
+	if err := json.Unmarshal([]byte(c.mustRun(ConfigGet, "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestConfigGetSet(t *testing.T) {
+	// No cluster meta: config works before the first runner starts.
+	c := newCLICluster(t, false)
+	ctx := testCtx(t, 30*time.Second)
+	// Live runners, to see who gets what; ids chosen on both sides of 50.
+	ids := []string{}
+	for i := 0; len(ids) < 4; i++ {
+		id := fmt.Sprintf("r%d", i)
+		b := runner.RolloutBucket(id)
+		if (len(ids) < 2 && b < 50) || (len(ids) >= 2 && b >= 50) {
+			ids = append(ids, id)
+			s, err := c.etcd.Register(ctx, storage.RunnerInfo{ID: id, Weight: 1, Groups: []string{"default"}}, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close(context.Background()) })
+		}
+	}
+
+	if out := c.mustRun(ConfigGet); !strings.Contains(out, "no dynamic config (version 0)") {
+		t.Errorf("config get, nothing set:\n%s", out)
+	}
+	if rep := getConfig(t, c); rep.Revision != 0 || rep.Version != 0 || len(rep.Runners) != 4 {
+		t.Errorf("config get --json, nothing set: %+v", rep)
+	}
+
+	out := c.mustRun(ConfigSet, "detachment.mode=observe", "detachment.margin=700ms", "--rollout", "50")
+	if !strings.Contains(out, "wrote dynamic config version 1") || !strings.Contains(out, "canary (runners with bucket < 50") {
+		t.Errorf("config set --rollout 50:\n%s", out)
+	}
+	rep := getConfig(t, c)
+	if rep.Version != 1 || rep.Rollout != 50 || rep.Canary["detachment.mode"] != "observe" || rep.Canary["detachment.margin"] != "700ms" ||
+		len(rep.Base) != 0 || rep.UpdatedBy == "" || !strings.HasPrefix(rep.UpdatedBy, "tester@") {
+		t.Errorf("after a 50%% rollout: %+v", rep)
+	}
+	for _, r := range rep.Runners {
+		if r.Canary != (r.Bucket < 50) || r.Bucket != runner.RolloutBucket(r.ID) {
+			t.Errorf("runner %s (bucket %d): canary = %v", r.ID, r.Bucket, r.Canary)
+		}
+	}
+
+	// Moving the canary without a change, then promoting it.
+	c.mustRun(ConfigSet, "--rollout", "80")
+	if rep := getConfig(t, c); rep.Version != 2 || rep.Rollout != 80 || rep.Canary["detachment.mode"] != "observe" {
+		t.Errorf("after --rollout 80: %+v", rep)
+	}
+	c.mustRun(ConfigSet, "--rollout", "100")
+	rep = getConfig(t, c)
+	if rep.Version != 3 || rep.Canary != nil || rep.Base["detachment.mode"] != "observe" || rep.Base["detachment.margin"] != "700ms" {
+		t.Errorf("after promotion: %+v", rep)
+	}
+	for _, r := range rep.Runners {
+		if r.Canary {
+			t.Errorf("runner %s still on a canary after promotion", r.ID)
+		}
+	}
+	_, _, err := c.run(ConfigSet, "--rollout", "30")
+	assertOneLine(t, "moving a canary that does not exist", err, "no canary in progress")
+
+	// Refused changes write nothing.
+	for _, args := range [][]string{{"detachment.mode=bogus"}, {"nope=1"}, {"detachment.mode=off", "--rollout", "101"}} {
+		if _, _, err := c.run(ConfigSet, args...); err == nil {
+			t.Errorf("config set %q succeeded", args)
+		}
+	}
+	if rep := getConfig(t, c); rep.Version != 3 {
+		t.Errorf("refused changes moved the version to %d", rep.Version)
+	}
+
+	// A later base change keeps the earlier ones.
+	c.mustRun(ConfigSet, "detachment.keepalive_failure_threshold=3")
+	if rep := getConfig(t, c); rep.Version != 4 || rep.Base["detachment.keepalive_failure_threshold"] != "3" || rep.Base["detachment.mode"] != "observe" {
+		t.Errorf("a second base change lost the first: %+v", rep)
+	}
+
+	// An invalid document written behind the CLI's back is shown, not fatal.
+	cv, _ := c.etcd.Config(ctx)
+	if _, err := c.etcd.PutConfig(ctx, []byte(`{"version":5,"base":{"detachment.mode":"sometimes"},"rollout":100}`), cv.Revision); err != nil {
+		t.Fatal(err)
+	}
+	rep = getConfig(t, c)
+	if rep.Version != 5 || !strings.Contains(rep.Error, "detachment.mode") {
+		t.Errorf("invalid stored document: %+v", rep)
+	}
+	if out := c.mustRun(ConfigGet); !strings.Contains(out, "INVALID") {
+		t.Errorf("config get of an invalid document:\n%s", out)
+	}
+	// and a change that overrides the bad key repairs it.
+	c.mustRun(ConfigSet, "detachment.mode=enforce")
+	if rep := getConfig(t, c); rep.Version != 6 || rep.Error != "" || rep.Base["detachment.mode"] != "enforce" {
+		t.Errorf("repairing change: %+v", rep)
+	}
+}
+
+// racingStore lets another writer change the document between each read
+// and write of updateConfig, up to races times.
+type racingStore struct {
+	configStore
+	t     *testing.T
+	races int
+	n     int
+}
+
+func (s *racingStore) PutConfig(ctx context.Context, value []byte, prev int64) (int64, error) {
+	if s.n < s.races {
+		s.n++
+		cv, err := s.configStore.Config(ctx)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		var doc runner.DynamicDoc
+		if cv.Value != nil {
+			doc, _ = runner.ParseDynamicDoc(cv.Value)
+		}
+		other := doc.Change(map[string]string{"detachment.recover_window": fmt.Sprintf("%ds", s.n+1)}, 100, "other", time.Now())
+		b, _ := json.Marshal(other)
+		if _, err := s.configStore.PutConfig(ctx, b, cv.Revision); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return s.configStore.PutConfig(ctx, value, prev)
+}
+
+func TestConfigSetCompareAndSwap(t *testing.T) {
+	c := newCLICluster(t, false)
+	ctx := testCtx(t, 30*time.Second)
+	set := func(cur runner.DynamicDoc) (runner.DynamicDoc, error) {
+		return cur.Change(map[string]string{"detachment.mode": "observe"}, 100, "me", time.Now()), nil
+	}
+
+	// Two lost races: the third try lands on top of both other writes.
+	doc, rev, err := updateConfig(ctx, &racingStore{configStore: c.etcd, t: t, races: 2}, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv, _ := c.etcd.Config(ctx)
+	stored, err := runner.ParseDynamicDoc(cv.Value)
+	if err != nil || cv.Revision != rev || stored.Version != 3 || doc.Version != 3 ||
+		stored.Base["detachment.mode"] != "observe" || stored.Base["detachment.recover_window"] != "3s" {
+		t.Errorf("after two lost races: stored %+v (revision %d, returned %d), %v", stored, cv.Revision, rev, err)
+	}
+
+	// Losing every race gives up with a clear error, after configCASTries.
+	rs := &racingStore{configStore: c.etcd, t: t, races: 1000}
+	_, _, err = updateConfig(ctx, rs, set)
+	assertOneLine(t, "always losing", err, "kept changing")
+	if !errors.Is(err, storage.ErrPrecondition) || rs.n != configCASTries {
+		t.Errorf("always losing: err = %v after %d tries, want ErrPrecondition after %d", err, rs.n, configCASTries)
+	}
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/storage"
+)
+
+const drainUsage = `usage: tenure drain RUNNER-ID [--wait D]
+
+Asks a runner (POST /admin/drain on its registered admin address) to hand
+its shards over gracefully: its weight drops to 0, so the assignment moves
+its shards to the other runners, and it releases them one by one, each
+after its running tasks are interrupted and put back to pending, so the
+new owner starts them at once. The runner stays up, owning nothing.
+
+Then it waits up to --wait until the runner holds no shard lock in etcd
+and reports owning none, and fails naming what is left if it still owns
+shards then. --wait 0 only asks.
+`
+
+// drainPoll is how often drain checks the runner's shards.
+const drainPoll = 100 * time.Millisecond
+
+// Drain runs `tenure drain`.
+func Drain(ctx context.Context, cli *CLI, args []string) error {
+	fs := newFlags(cli, "drain", drainUsage)
+	wait := durationFlag{d: time.Minute, set: true}
+	fs.Var(&wait, "wait", "wait up to `D` for the shards to move (0: do not wait)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch len(pos) {
+	case 0:
+		return errors.New("missing RUNNER-ID (tenure status lists them)")
+	case 1:
+	default:
+		return fmt.Errorf("unexpected argument %q after RUNNER-ID", pos[1])
+	}
+	id := pos[0]
+	cfg, err := cli.LoadConfig(nil)
+	if err != nil {
+		return flatten(err)
+	}
+	rs, err := cli.dialEtcd(ctx, cfg)
+	if err != nil {
+		return flatten(err)
+	}
+	defer rs.Close()
+	runners, _, err := rs.Runners(ctx)
+	if err != nil && !errors.Is(err, storage.ErrCorrupt) {
+		return err
+	}
+	i := slices.IndexFunc(runners, func(r storage.RunnerInfo) bool { return r.ID == id })
+	if i < 0 {
+		var live []string
+		for _, r := range runners {
+			live = append(live, r.ID)
+		}
+		slices.Sort(live)
+		return fmt.Errorf("runner %q is not live in cluster %q (live: %s)", id, cfg.Cluster, orDash(strings.Join(live, ", ")))
+	}
+	r := runners[i]
+	if r.Addr == "" {
+		return fmt.Errorf("runner %s registered no admin address (its admin_addr is empty), so it cannot be asked to drain", id)
+	}
+	adm := newAdmin(cli)
+	defer adm.close()
+	actx, cancel := context.WithTimeout(ctx, adminActionTimeout)
+	_, err = adm.do(actx, http.MethodPost, adminURL(r.Addr, "/admin/drain"))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("asking runner %s to drain: %w", id, err)
+	}
+	start := time.Now()
+	fmt.Fprintf(cli.Stdout, "runner %s is draining\n", id)
+	if wait.d == 0 {
+		return nil
+	}
+
+	deadline := time.NewTimer(wait.d)
+	defer deadline.Stop()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		left, reported, err := drainLeft(ctx, rs, adm, r)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 && reported == 0 {
+			fmt.Fprintf(cli.Stdout, "runner %s owns no shards (drained in %s)\n", id, time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("runner %s still holds %d shard lock(s) after %s (%s); its admin reports %d owned",
+				id, len(left), wait.d, abbrevList(left, 10), reported)
+		case <-tick.C:
+		}
+	}
+}
+
+// drainLeft returns the shards whose locks the runner still holds in etcd
+// (authoritative) and the count its admin endpoint reports owning (0 when
+// it does not answer: a runner that stopped owns nothing).
+func drainLeft(ctx context.Context, rs interface {
+	ShardLocks(ctx context.Context) ([]storage.ShardLock, int64, error)
+}, adm *admin, r storage.RunnerInfo) ([]string, int, error) {
+	locks, _, err := rs.ShardLocks(ctx)
+	if err != nil && !errors.Is(err, storage.ErrCorrupt) {
+		return nil, 0, err
+	}
+	var left []string
+	for _, l := range locks {
+		if l.RunnerID == r.ID {
+			left = append(left, l.Shard.String())
+		}
+	}
+	reported := 0
+	if st, err := adm.status(ctx, r.Addr); err == nil && st.Owned != nil {
+		reported = *st.Owned
+	}
+	return left, reported, nil
+}
+
+// abbrevList joins the first n items and says how many more there are.
+func abbrevList(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+)
+
+// TestRunnersEndToEnd drives the commands against two real runners in this
+// process: submit and wait, the unknown-type warning, status, a live config
+// change, and a drain that moves every shard to the other runner.
+func TestRunnersEndToEnd(t *testing.T) {
+	c := newCLICluster(t, false) // the first runner writes the meta
+	c.startRunner("r1")
+	c.startRunner("r2")
+	var rep StatusReport
+	waitUntil(t, "both runners attached and every shard owned", 30*time.Second, func() bool {
+		rep = getStatus(t, c)
+		r1, r2 := findRunner(rep, "r1"), findRunner(rep, "r2")
+		return rep.ShardsOwned == cliShards && r1 != nil && r2 != nil && r1.Attached != nil && *r1.Attached &&
+			r2.Attached != nil && *r2.Attached && r1.Owned > 0 && r2.Owned > 0 && r1.Owned+r2.Owned == cliShards
+	})
+	for _, r := range rep.Runners {
+		if !r.Reachable || r.Mode != "enforce" || r.LeaseDeadlineLagSeconds == nil || *r.LeaseDeadlineLagSeconds <= 0 || r.Draining {
+			t.Errorf("runner %s: %+v", r.ID, r)
+		}
+	}
+
+	// submit --wait prints the completed task.
+	out, errOut, err := c.run(Task, "submit", "echo", "--input", `{"x":1}`, "--wait")
+	if err != nil || !strings.Contains(out, "completed") || !strings.Contains(out, `{"x":1}`) || !strings.Contains(out, "1 of 5") {
+		t.Fatalf("submit echo --wait: %v\n%s%s", err, out, errOut)
+	}
+	if strings.Contains(errOut, "warning") {
+		t.Errorf("submit of a handled type warned: %s", errOut)
+	}
+	tk := decodeTask(t, c.mustRun(Task, "submit", "sleep", "--entity", "e1", "--input", `{"ms":20}`, "--wait", "--json"))
+	if tk.Status != task.Completed || string(tk.Result) != `{"slept_ms":20}` || tk.Claim != nil {
+		t.Errorf("sleep: %s %s", tk.Status, tk.Result)
+	}
+
+	// A failing handler: --wait reports it, with the command's stderr.
+	out, _, err = c.run(Task, "submit", "fail", "--max-attempts", "1", "--wait")
+	assertOneLine(t, "failing task", err, "ended failed")
+	if !strings.Contains(out, "broken") || !strings.Contains(out, "exit status 1") {
+		t.Errorf("failed task output lacks its error:\n%s", out)
+	}
+	_, _, err = c.run(Task, "cancel", tk.Ref())
+	if !errors.Is(err, task.ErrTerminal) {
+		t.Errorf("cancel of a completed task: err = %v, want ErrTerminal", err)
+	}
+
+	// An unknown type is accepted with a warning naming the known ones.
+	out, errOut, err = c.run(Task, "submit", "nosuch")
+	if err != nil || !strings.Contains(out, "pending") {
+		t.Errorf("submit nosuch: %v\n%s", err, out)
+	}
+	if !strings.Contains(errOut, `warning: no live runner handles task type "nosuch" (they handle: echo, fail, sleep)`) {
+		t.Errorf("submit nosuch: stderr %q, want the unknown-type warning", errOut)
+	}
+
+	// A dynamic config change reaches the runners live.
+	c.mustRun(ConfigSet, "detachment.mode=observe")
+	waitUntil(t, "both runners in observe mode on config version 1", 20*time.Second, func() bool {
+		rep = getStatus(t, c)
+		for _, r := range rep.Runners {
+			if r.Mode != "observe" || r.ConfigVersion == nil || *r.ConfigVersion != 1 {
+				return false
+			}
+		}
+		return rep.ConfigVersion == 1 && len(rep.Runners) == 2
+	})
+
+	// drain moves every shard of r1 to r2 and returns once r1 owns none.
+	out = c.mustRun(Drain, "r1", "--wait", "20s")
+	if !strings.Contains(out, "runner r1 owns no shards") {
+		t.Errorf("drain output:\n%s", out)
+	}
+	rep = getStatus(t, c)
+	r1, r2 := findRunner(rep, "r1"), findRunner(rep, "r2")
+	if r1 == nil || r2 == nil || r1.Owned != 0 || !r1.Draining || r2.Owned != cliShards || rep.ShardsUnowned != 0 {
+		t.Errorf("after drain: r1 %+v, r2 %+v, unowned %d", r1, r2, rep.ShardsUnowned)
+	}
+	// Work goes on, on r2; draining again is immediate.
+	tk = decodeTask(t, c.mustRun(Task, "submit", "echo", "--input", `"after"`, "--wait", "--json"))
+	if tk.Status != task.Completed || string(tk.Result) != `"after"` {
+		t.Errorf("after drain: %s %s", tk.Status, tk.Result)
+	}
+	if out := c.mustRun(Drain, "r1", "--wait", "5s"); !strings.Contains(out, "owns no shards") {
+		t.Errorf("second drain:\n%s", out)
+	}
+}

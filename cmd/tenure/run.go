@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/runner"
+)
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+const runUsage = `usage: tenure run [flags]
+
+Runs a runner process: it joins the cluster of its config, owns its share
+of the shards and executes their tasks with the built-in handlers (echo,
+sleep) and those given with --handler. SIGTERM or Ctrl-C stops it
+gracefully (its shards are handed over, then its lease revoked; exit 0); a
+second signal exits at once.
+
+Configuration comes from the config file (--config; default
+./.tenure-dev/tenure.yaml), TENURE_* environment variables and flags, flags
+winning. Any key can be set with --set key=value (see the keys below).
+
+Handlers: --handler TYPE=http:URL posts each task as JSON to URL (2xx done,
+4xx permanent failure, 5xx/timeout retry); --handler TYPE=exec:COMMAND runs
+COMMAND with the task input on stdin (exit 0 done, 75 retry, other
+permanent).
+
+flags:
+`
+
+// Run runs `tenure run`.
+func Run(ctx context.Context, cli *CLI, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(cli.Stderr)
+	var sets, handlers listFlag
+	id := fs.String("runner-id", "", "runner id (default: config runner_id, else the host name)")
+	admin := fs.String("admin-addr", "", "admin HTTP address (default: config admin_addr)")
+	weight := fs.String("weight", "", "assignment weight (0 drains)")
+	fs.Var(&handlers, "handler", "task handler TYPE=http:URL or TYPE=exec:COMMAND (repeatable)")
+	fs.Var(&sets, "set", "config key=value (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprint(cli.Stderr, runUsage)
+		fs.PrintDefaults()
+		fmt.Fprintf(cli.Stderr, "\nconfig keys: %s\n", strings.Join(runner.Keys(), ", "))
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("run: unexpected argument %q", fs.Arg(0))
+	}
+	overrides := []string(sets)
+	if *id != "" {
+		overrides = append(overrides, "runner_id="+*id)
+	}
+	if *admin != "" {
+		overrides = append(overrides, "admin_addr="+*admin, "advertise_addr="+*admin)
+	}
+	if *weight != "" {
+		if _, err := strconv.ParseFloat(*weight, 64); err != nil {
+			return fmt.Errorf("run: --weight %q is not a number", *weight)
+		}
+		overrides = append(overrides, "weight="+*weight)
+	}
+	cfg, err := cli.LoadConfig(overrides)
+	if err != nil {
+		return err
+	}
+	cfg.Handlers = append(cfg.Handlers, handlers...)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return runRunner(ctx, cli, cfg)
+}
+
+// runRunner runs one runner until the first signal, then stops it
+// gracefully; a second signal exits at once.
+func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
+	tp, shutdown, err := runner.NewTracerProvider(ctx, cfg.Tracing, cfg.RunnerID)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shutdown(sctx)
+	}()
+	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers)))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(ctx, cli)
+	defer stop()
+	return r.Run(ctx)
+}
+
+// standardTypes registers the built-in and configured handlers.
+func standardTypes(specs []string) func(*entity.Host) error {
+	return func(h *entity.Host) error {
+		if err := runner.RegisterBuiltins(h); err != nil {
+			return err
+		}
+		return runner.RegisterHandlers(h, specs)
+	}
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
+// exits the process at once.
+func signalContext(parent context.Context, cli *CLI) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(cli.Stderr, "tenure: %s: stopping gracefully (again to exit at once)\n", s)
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		if s, ok := <-sigs; ok {
+			fmt.Fprintf(cli.Stderr, "tenure: %s: exiting now\n", s)
+			os.Exit(1)
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		cancel()
+	}
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/storage"
+)
+
+const statusUsage = `usage: tenure status [--json]
+
+Shows the cluster: its shape (shards per group, groups), the dynamic config
+version, every live runner (id, admin address, weight, attached, shards
+owned, lease deadline lag, detachment mode) and how many shards are owned.
+
+Ownership counts come from the shard locks in etcd, which are
+authoritative. Attachment, lag and mode come from each runner's admin
+endpoint (GET /debug/status, 1s timeout); an unreachable runner shows them
+as unknown (null in JSON) and is not an error.
+
+--json prints one object, stable across versions (fields may be added,
+none renamed or removed):
+
+  {
+    "cluster": "dev",               cluster name
+    "shards": 64,                   shards per group
+    "groups": ["default"],          shard groups
+    "config_version": 3,            dynamic config version in etcd (0: none)
+    "config_error": "…",            only when the stored document is invalid
+    "runners": [{                   live runners, by id
+      "id": "r1",
+      "addr": "10.0.0.5:9310",      admin address ("" if none)
+      "weight": 1,                  registered weight (0: draining)
+      "version": "v0.1.0",          software version
+      "attached": true,             null when the runner is unreachable
+      "owned": 64,                  shard locks it holds in etcd
+      "lease_deadline_lag_seconds": 9.2,   null when unreachable
+      "mode": "enforce",            detachment mode ("" when unreachable)
+      "detach_reason": "",          why it is detached, if it is
+      "draining": false,
+      "config_version": 3,          dynamic config version it runs (null: unknown)
+      "reachable": true,            its admin endpoint answered
+      "status_error": "…"           why not, when unreachable
+    }],
+    "shards_owned": 64,             shards with a lock
+    "shards_unowned": 0             shards × groups − shards_owned
+  }
+`
+
+// StatusReport is the output of `tenure status --json`. The schema is
+// stable: fields may be added, none renamed or removed. Ownership counts
+// come from the shard locks in etcd; the runner fields that only a runner
+// knows (attached, lag, mode) come from its admin endpoint and are null or
+// empty when it cannot be reached.
+type StatusReport struct {
+	Cluster       string         `json:"cluster"`
+	Shards        int            `json:"shards"`         // per group, from the cluster meta
+	Groups        []string       `json:"groups"`         // sorted
+	ConfigVersion int64          `json:"config_version"` // of the dynamic config in etcd; 0 when none
+	ConfigError   string         `json:"config_error,omitempty"`
+	Runners       []RunnerReport `json:"runners"` // sorted by id
+	ShardsOwned   int            `json:"shards_owned"`
+	ShardsUnowned int            `json:"shards_unowned"` // Shards × len(Groups) − ShardsOwned
+}
+
+// RunnerReport is one runner of a StatusReport.
+type RunnerReport struct {
+	ID      string  `json:"id"`
+	Addr    string  `json:"addr"`
+	Weight  float64 `json:"weight"`
+	Version string  `json:"version"`
+	// Attached is null when the runner's admin endpoint did not answer.
+	Attached *bool `json:"attached"`
+	// Owned counts the shard locks the runner holds in etcd.
+	Owned int `json:"owned"`
+	// LeaseDeadlineLagSeconds is the runner's conservative lease deadline
+	// minus now; it detaches when this falls to its detach margin. Null
+	// when the runner did not answer.
+	LeaseDeadlineLagSeconds *float64 `json:"lease_deadline_lag_seconds"`
+	Mode                    string   `json:"mode"`
+	DetachReason            string   `json:"detach_reason"`
+	// Draining: the runner is handing its shards over (or has weight 0).
+	Draining      bool   `json:"draining"`
+	ConfigVersion *int64 `json:"config_version"`
+	Reachable     bool   `json:"reachable"`
+	StatusError   string `json:"status_error,omitempty"`
+}
+
+// Status runs `tenure status`.
+func Status(ctx context.Context, cli *CLI, args []string) error {
+	fs := newFlags(cli, "status", statusUsage)
+	asJSON := fs.Bool("json", false, "print the stable JSON report (schema above)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q (see tenure status --help)", pos[0])
+	}
+	cfg, err := cli.LoadConfig(nil)
+	if err != nil {
+		return flatten(err)
+	}
+	conn, err := cli.Connect(ctx, cfg)
+	if err != nil {
+		return flatten(err)
+	}
+	defer conn.Close()
+	adm := newAdmin(cli)
+	defer adm.close()
+	rep, err := gatherStatus(ctx, cli, conn, adm)
+	if err != nil {
+		return flatten(err)
+	}
+	if *asJSON {
+		return writeJSON(cli.Stdout, rep)
+	}
+	printStatus(cli.Stdout, rep)
+	return nil
+}
+
+// gatherStatus reads the cluster's meta, runners, locks and config from
+// etcd and asks every runner for its state.
+func gatherStatus(ctx context.Context, cli *CLI, conn *Conn, adm *admin) (*StatusReport, error) {
+	runners, _, err := conn.Etcd.Runners(ctx)
+	if err != nil {
+		if !errors.Is(err, storage.ErrCorrupt) {
+			return nil, err
+		}
+		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
+	}
+	locks, _, err := conn.Etcd.ShardLocks(ctx)
+	if err != nil {
+		if !errors.Is(err, storage.ErrCorrupt) {
+			return nil, err
+		}
+		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
+	}
+	rep := &StatusReport{
+		Cluster: conn.Config.Cluster,
+		Shards:  conn.Meta.Shards,
+		Groups:  conn.Meta.Groups,
+		Runners: []RunnerReport{},
+	}
+	cv, err := conn.Etcd.Config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cv.Value != nil {
+		doc, err := runner.ParseDynamicDoc(cv.Value)
+		rep.ConfigVersion = doc.Version
+		if err != nil {
+			rep.ConfigError = flatten(err).Error()
+		}
+	}
+
+	owned := map[string]int{}
+	for _, l := range locks {
+		if slices.Contains(conn.Meta.Groups, l.Shard.Group) && l.Shard.Index < conn.Meta.Shards {
+			owned[l.RunnerID]++
+			rep.ShardsOwned++
+		}
+	}
+	rep.ShardsUnowned = conn.Meta.Shards*len(conn.Meta.Groups) - rep.ShardsOwned
+
+	slices.SortFunc(runners, func(a, b storage.RunnerInfo) int { return strings.Compare(a.ID, b.ID) })
+	states, errs := adm.runnerStates(ctx, runners)
+	for i, r := range runners {
+		rr := RunnerReport{ID: r.ID, Addr: r.Addr, Weight: r.Weight, Version: r.Version, Owned: owned[r.ID], Draining: r.Weight == 0}
+		if errs[i] != nil {
+			rr.StatusError = errs[i].Error()
+		} else {
+			st := states[i]
+			rr.Reachable = true
+			rr.Attached, rr.LeaseDeadlineLagSeconds = st.Attached, st.LeaseDeadlineLag
+			rr.Mode, rr.DetachReason, rr.ConfigVersion = st.Mode, st.DetachReason, st.ConfigVersion
+			rr.Draining = rr.Draining || st.Draining
+		}
+		rep.Runners = append(rep.Runners, rr)
+	}
+	return rep, nil
+}
+
+func printStatus(w io.Writer, rep *StatusReport) {
+	cfgVersion := "none"
+	if rep.ConfigVersion > 0 {
+		cfgVersion = "version " + strconv.FormatInt(rep.ConfigVersion, 10)
+	}
+	fmt.Fprintf(w, "cluster %s: %d shards × %d group(s) (%s); dynamic config %s\n",
+		rep.Cluster, rep.Shards, len(rep.Groups), strings.Join(rep.Groups, ", "), cfgVersion)
+	if rep.ConfigError != "" {
+		fmt.Fprintf(w, "  the stored dynamic config is invalid (runners ignore it): %s\n", rep.ConfigError)
+	}
+	fmt.Fprintf(w, "shards: %d owned, %d unowned\n\n", rep.ShardsOwned, rep.ShardsUnowned)
+	if len(rep.Runners) == 0 {
+		fmt.Fprintln(w, "no live runners")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNNER\tADDRESS\tWEIGHT\tATTACHED\tOWNED\tLEASE LAG\tMODE\tCONFIG\tNOTE")
+	for _, r := range rep.Runners {
+		attached, lag, mode, config := "unknown", "unknown", "unknown", "unknown"
+		if r.Attached != nil {
+			attached = "yes"
+			if !*r.Attached {
+				attached = "no"
+			}
+		}
+		if r.LeaseDeadlineLagSeconds != nil {
+			lag = strconv.FormatFloat(*r.LeaseDeadlineLagSeconds, 'f', 1, 64) + "s"
+		}
+		if r.Reachable {
+			mode = orDash(r.Mode)
+		}
+		if r.ConfigVersion != nil {
+			config = strconv.FormatInt(*r.ConfigVersion, 10)
+		}
+		var notes []string
+		if r.DetachReason != "" {
+			notes = append(notes, "detached: "+r.DetachReason)
+		}
+		if r.Draining {
+			notes = append(notes, "draining")
+		}
+		if r.StatusError != "" {
+			notes = append(notes, "admin unreachable: "+r.StatusError)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Addr),
+			strconv.FormatFloat(r.Weight, 'g', -1, 64), attached, r.Owned, lag, mode, config, strings.Join(notes, "; "))
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+)
+
+func decodeTask(t *testing.T, out string) *task.Task {
+	t.Helper()
+	var tk task.Task
+	if err := json.Unmarshal([]byte(out), &tk); err != nil {
+		t.Fatalf("output is not a task: %v\n%s", err, out)
+	}
+	tk.Input, tk.Result = compact(t, tk.Input), compact(t, tk.Result)
+	return &tk
+}
+
+// compact undoes the indentation of --json output inside raw JSON fields.
+func compact(t *testing.T, b json.RawMessage) json.RawMessage {
+	t.Helper()
+	if len(b) == 0 {
+		return b
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestTaskCommandsIdleCluster drives every task command against a cluster
+// with no runner: tasks stay where the commands put them.
+func TestTaskCommandsIdleCluster(t *testing.T) {
+	c := newCLICluster(t, true)
+
+	out, errOut, err := c.run(Task, "submit", "echo", "--input", `{"x":1}`, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := decodeTask(t, out)
+	if tk.Status != task.Pending || tk.Type != "echo" || string(tk.Input) != `{"x":1}` || tk.MaxAttempts != task.DefaultMaxAttempts {
+		t.Fatalf("submitted %+v", tk)
+	}
+	if !strings.Contains(errOut, "warning: no runner is live") {
+		t.Errorf("submit with no runner: stderr %q, want a warning", errOut)
+	}
+	ref := tk.Ref()
+
+	// get, by ref and by bare id (an entity-less task's shard follows from its id).
+	out = c.mustRun(Task, "get", ref)
+	for _, want := range []string{ref, "pending", "0 of 5", `{"x":1}`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("task get: output lacks %q:\n%s", want, out)
+		}
+	}
+	if got := decodeTask(t, c.mustRun(Task, "get", tk.ID, "--json")); got.Ref() != ref {
+		t.Errorf("task get by id: %s, want %s", got.Ref(), ref)
+	}
+
+	// An entity's task is found by ref only (its id chosen to hash to
+	// another shard than its entity).
+	eid := "etask-0"
+	for i := 1; task.ShardOf("default", cliShards, "", "", eid) == task.ShardOf("default", cliShards, "sleep", "acct 7", ""); i++ {
+		eid = fmt.Sprintf("etask-%d", i)
+	}
+	etk := decodeTask(t, c.mustRun(Task, "submit", "sleep", "--id", eid, "--entity", "acct 7", "--delay", "1h", "--input", `{"ms":1}`, "--json"))
+	if etk.Entity != "acct 7" || !etk.AvailableAt.After(etk.CreatedAt.Add(59*time.Minute)) {
+		t.Errorf("delayed entity task: %+v", etk)
+	}
+	_, _, err = c.run(Task, "get", etk.ID)
+	assertOneLine(t, "entity task by bare id", err, "give the full ref")
+	if !errors.Is(err, task.ErrNotFound) {
+		t.Errorf("entity task by bare id: err = %v, want task.ErrNotFound", err)
+	}
+	if out := c.mustRun(Task, "get", etk.Ref()); !strings.Contains(out, "due") || !strings.Contains(out, `"acct 7"`) {
+		t.Errorf("delayed task: get shows no due time or entity:\n%s", out)
+	}
+
+	// Idempotent submit with --id; a different input under the same id conflicts.
+	file := filepath.Join(t.TempDir(), "in.json")
+	os.WriteFile(file, []byte(` {"a": 1}`+"\n"), 0o600)
+	first := decodeTask(t, c.mustRun(Task, "submit", "echo", "--id", "job-1", "--input", "@"+file, "--json"))
+	out, errOut, err = c.run(Task, "submit", "echo", "--id", "job-1", "--input", `{"a": 1}`, "--json")
+	if err != nil || decodeTask(t, out).Ref() != first.Ref() || !strings.Contains(errOut, "already existed") {
+		t.Errorf("resubmit: %v, stderr %q, want the existing task", err, errOut)
+	}
+	_, _, err = c.run(Task, "submit", "echo", "--id", "job-1", "--input", `{"a": 2}`)
+	if !errors.Is(err, task.ErrConflict) {
+		t.Errorf("resubmit with other input: err = %v, want ErrConflict", err)
+	}
+
+	// list, filtered.
+	var listed struct {
+		Tasks []*task.Task `json:"tasks"`
+		Next  string       `json:"next"`
+	}
+	if err := json.Unmarshal([]byte(c.mustRun(Task, "list", "--json")), &listed); err != nil || len(listed.Tasks) != 3 || listed.Next != "" {
+		t.Errorf("task list: %d tasks, next %q, %v; want 3", len(listed.Tasks), listed.Next, err)
+	}
+	json.Unmarshal([]byte(c.mustRun(Task, "list", "--type", "sleep", "--json")), &listed)
+	if len(listed.Tasks) != 1 || listed.Tasks[0].Ref() != etk.Ref() {
+		t.Errorf("task list --type sleep: %v", listed.Tasks)
+	}
+	if out := c.mustRun(Task, "list", "--status", "completed"); !strings.Contains(out, "no tasks") {
+		t.Errorf("task list --status completed: %s", out)
+	}
+	out = c.mustRun(Task, "list", "--limit", "2")
+	if n := strings.Count(out, "\ndefault/"); n != 2 || !strings.Contains(out, "--after") {
+		t.Errorf("task list --limit 2: %d rows, want 2 and a cursor:\n%s", n, out)
+	}
+
+	// cancel, cancel again (idempotent), replay, history.
+	if got := decodeTask(t, c.mustRun(Task, "cancel", ref, "--json")); got.Status != task.Cancelled {
+		t.Errorf("cancel: status %s", got.Status)
+	}
+	if out := c.mustRun(Task, "cancel", ref); !strings.Contains(out, "cancelled") {
+		t.Errorf("second cancel: %s", out)
+	}
+	_, _, err = c.run(Task, "replay", etk.Ref())
+	if !errors.Is(err, task.ErrInvalidTransition) {
+		t.Errorf("replay of a pending task: err = %v, want ErrInvalidTransition", err)
+	}
+	if got := decodeTask(t, c.mustRun(Task, "replay", ref, "--json")); got.Status != task.Pending || got.Attempt != 0 {
+		t.Errorf("replay: %s attempt %d", got.Status, got.Attempt)
+	}
+	var hist struct {
+		Ref     string            `json:"ref"`
+		History []task.Transition `json:"history"`
+	}
+	if err := json.Unmarshal([]byte(c.mustRun(Task, "history", ref, "--json")), &hist); err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for _, h := range hist.History {
+		events = append(events, h.Event)
+	}
+	if hist.Ref != ref || strings.Join(events, ",") != "submitted,cancelled,replayed" {
+		t.Errorf("history of %s: %v", hist.Ref, events)
+	}
+	if out := c.mustRun(Task, "history", tk.ID); !strings.Contains(out, "replayed") || !strings.Contains(out, "EVENT") {
+		t.Errorf("history table:\n%s", out)
+	}
+
+	_, _, err = c.run(Task, "get", "default/3/nope")
+	if !errors.Is(err, task.ErrNotFound) {
+		t.Errorf("get of a missing task: err = %v, want ErrNotFound", err)
+	}
+}
+
+// TestBadInput: every command refuses bad input with one clear line,
+// before touching the cluster where it can.
+func TestBadInput(t *testing.T) {
+	c := newCLICluster(t, true)
+	for _, tc := range []struct {
+		name string
+		fn   cmdFunc
+		args []string
+		want string
+	}{
+		{"status unknown flag", Status, []string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{"status argument", Status, []string{"extra"}, `unexpected argument "extra"`},
+		{"task no command", Task, nil, "missing command"},
+		{"task unknown command", Task, []string{"frob"}, `unknown command "frob"`},
+		{"submit no type", Task, []string{"submit"}, "missing TYPE"},
+		{"submit bad type", Task, []string{"submit", "bad type"}, "invalid type"},
+		{"submit bad JSON", Task, []string{"submit", "echo", "--input", "{x"}, "--input is not valid JSON"},
+		{"submit unquoted JSON", Task, []string{"submit", "echo", "--input", "{x:", "1}"}, `unexpected argument "1}"`},
+		{"submit missing file", Task, []string{"submit", "echo", "--input", "@/nonexistent/in.json"}, "/nonexistent/in.json"},
+		{"submit bad delay", Task, []string{"submit", "echo", "--delay", "soon"}, `invalid value "soon" for flag -delay: want a duration`},
+		{"submit negative delay", Task, []string{"submit", "echo", "--delay", "-5s"}, "must not be negative"},
+		{"submit bad attempts", Task, []string{"submit", "echo", "--max-attempts", "-1"}, "--max-attempts -1"},
+		{"submit unknown flag", Task, []string{"submit", "echo", "--retries", "3"}, "flag provided but not defined: -retries"},
+		{"get no ref", Task, []string{"get"}, "missing REF"},
+		{"get bad ref", Task, []string{"get", "a/b/c"}, `malformed task ref "a/b/c"`},
+		{"cancel two refs", Task, []string{"cancel", "default/1/a", "default/1/b"}, "unexpected argument"},
+		{"list bad status", Task, []string{"list", "--status", "done"}, `--status "done"`},
+		{"list bad limit", Task, []string{"list", "--limit", "0"}, "--limit 0"},
+		{"config no command", configCommand, nil, "missing command"},
+		{"config set nothing", configCommand, []string{"set"}, "nothing to set"},
+		{"config set unknown key", ConfigSet, []string{"detachment.bogus=1"}, "detachment.bogus cannot change at run time"},
+		{"config set static key", ConfigSet, []string{"lease.ttl=5s"}, "lease.ttl cannot change at run time"},
+		{"config set bad mode", ConfigSet, []string{"detachment.mode=bogus"}, `detachment.mode = "bogus"`},
+		{"config set bad duration", ConfigSet, []string{"detachment.margin=fast"}, `detachment.margin = "fast"`},
+		{"config set rollout 150", ConfigSet, []string{"detachment.mode=observe", "--rollout", "150"}, "--rollout 150"},
+		{"config set not kv", ConfigSet, []string{"detachment.mode"}, "want KEY=VALUE"},
+		{"config set twice", ConfigSet, []string{"detachment.mode=off", "detachment.mode=observe"}, "given twice"},
+		{"config get argument", ConfigGet, []string{"x"}, `unexpected argument "x"`},
+		{"drain no runner", Drain, nil, "missing RUNNER-ID"},
+		{"drain bad wait", Drain, []string{"r1", "--wait", "long"}, `invalid value "long" for flag -wait`},
+		{"drain unknown runner", Drain, []string{"nobody"}, `runner "nobody" is not live`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := c.run(tc.fn, tc.args...)
+			assertOneLine(t, tc.name, err, tc.want)
+		})
+	}
+
+	// Nothing was written by the refused config changes.
+	ctx := testCtx(t, 10*time.Second)
+	if cv, err := c.etcd.Config(ctx); err != nil || cv.Value != nil {
+		t.Errorf("a refused config set wrote %q (%v)", cv.Value, err)
+	}
+
+	// --help prints the usage and returns flag.ErrHelp, for every command.
+	for _, tc := range []struct {
+		fn   cmdFunc
+		args []string
+		want string
+	}{
+		{Status, []string{"--help"}, "usage: tenure status"},
+		{Task, []string{"--help"}, "usage: tenure task <command>"},
+		{Task, []string{"submit", "-h"}, "usage: tenure task submit TYPE"},
+		{Task, []string{"list", "--help"}, "usage: tenure task list"},
+		{configCommand, []string{"set", "--help"}, "detachment.recover_window"},
+		{configCommand, []string{"get", "-h"}, "usage: tenure config get"},
+		{Drain, []string{"--help"}, "usage: tenure drain"},
+	} {
+		_, errOut, err := c.run(tc.fn, tc.args...)
+		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q: err = %v, stderr %q; want flag.ErrHelp and the usage", tc.args, err, errOut)
+		}
+	}
+}

@@ -1,0 +1,361 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/embedded"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
+)
+
+// binary is the tenure binary built for the package's tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tenure-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "tenure")
+	build := exec.Command("go", "build", "-race", "-o", binary, "github.com/tenurehq/tenure/cmd/tenure")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration: building tenure:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a tenure process started by a test.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	err  error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start runs the tenure binary with args; its output is printed if the
+// test fails, and it is killed at cleanup if still running.
+func start(t testing.TB, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			out := p.out.String()
+			if len(out) > 20000 {
+				out = out[len(out)-20000:]
+			}
+			t.Logf("output of %s:\n%s", name, out)
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(t testing.TB, s syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		t.Fatalf("signal %s: %v", p.name, err)
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t testing.TB, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("%s did not exit within %s", p.name, within)
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	t.Fatalf("%s: %v", p.name, p.err)
+	return -1
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tenure runs a short tenure command and returns its stdout, failing the
+// test on a non-zero exit.
+func tenure(t testing.TB, args ...string) string {
+	t.Helper()
+	out, code, stderr := tenureCode(t, args...)
+	if code != 0 {
+		t.Fatalf("tenure %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+	}
+	return out
+}
+
+func tenureCode(t testing.TB, args ...string) (stdout string, code int, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("tenure %s: %v", strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	return o.String(), code, e.String()
+}
+
+// cluster is a multi-process cluster: `tenure dev --runners 0` for the
+// infrastructure and `tenure run` processes, each runner reaching etcd
+// through its own TCP proxy so a test can partition it.
+type cluster struct {
+	t       testing.TB
+	dir     string
+	cfgPath string
+	etcdEP  string // the etcd endpoint runners reach (through their proxies)
+	s3EP    string // when set, each runner reaches S3 through its own fault proxy
+	members []*testenv.Etcd
+	shards  int
+	infra   *proc
+	cli     *clientv3.Client
+	store   *etcd.Store
+	tasks   *task.Client
+
+	mu      sync.Mutex
+	runners map[string]*runnerProc
+}
+
+type runnerProc struct {
+	*proc
+	id    string
+	admin string
+	args  []string
+	proxy *testenv.Proxy // etcd
+	s3    *s3Proxy       // nil unless the cluster proxies S3
+}
+
+func newCluster(t testing.TB) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	free := func() string {
+		a, err := embedded.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	etcdAddr, peer, s3Addr := free(), free(), free()
+	c := &cluster{t: t, dir: dir, cfgPath: filepath.Join(dir, "tenure.yaml"), etcdEP: "http://" + etcdAddr, shards: devShards, runners: map[string]*runnerProc{}}
+	c.infra = start(t, "tenure dev", "dev", "--runners", "0", "--data", filepath.Join(dir, "data"),
+		"--config-out", c.cfgPath, "--etcd-addr", etcdAddr, "--etcd-peer-addr", peer, "--s3-addr", s3Addr)
+	waitFor(t, "the dev config file", 60*time.Second, func() bool {
+		_, err := os.Stat(c.cfgPath)
+		return err == nil || c.infra.exited()
+	})
+	if c.infra.exited() {
+		t.Fatal("tenure dev exited")
+	}
+	c.cli = testenv.ClientAt(t, c.etcdEP)
+	var err error
+	c.store, err = etcd.New(c.cli, etcd.WithPrefix(runner.EtcdPrefix("dev")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.store.Close() })
+	t.Cleanup(func() {
+		c.infra.signal(t, syscall.SIGTERM)
+		c.infra.wait(t, 30*time.Second)
+	})
+	return c
+}
+
+// run starts `tenure run` with the given id and extra flags; its etcd
+// connection (and S3's, when the cluster proxies it) goes through a proxy.
+func (c *cluster) run(id string, extra ...string) *runnerProc {
+	t := c.t
+	t.Helper()
+	u, _ := url.Parse(c.etcdEP)
+	px := testenv.NewProxy(t, u.Host)
+	admin, err := embedded.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"run", "--config", c.cfgPath, "--runner-id", id, "--admin-addr", admin,
+		"--set", "etcd.endpoints=http://" + px.Addr()}, extra...)
+	r := &runnerProc{id: id, admin: admin, proxy: px, args: args}
+	if c.s3EP != "" {
+		r.s3 = newS3Proxy(t, c.s3EP)
+		r.args = append(r.args, "--set", "s3.endpoint="+r.s3.URL())
+	}
+	r.proc = start(t, "runner "+id, r.args...)
+	c.mu.Lock()
+	c.runners[id] = r
+	c.mu.Unlock()
+	return r
+}
+
+// restart starts a runner again with the same id and connections, after it
+// exited (or was killed).
+func (c *cluster) restart(r *runnerProc) {
+	c.t.Helper()
+	r.proc = start(c.t, "runner "+r.id+" (restarted)", r.args...)
+}
+
+// status fetches a runner's /debug/status.
+func (r *runnerProc) status() (runner.Status, error) {
+	var st runner.Status
+	client := http.Client{Timeout: time.Second}
+	resp, err := client.Get("http://" + r.admin + "/debug/status")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(b, &st)
+}
+
+// owners reads the shard locks: shard → runner id.
+func (c *cluster) owners() map[storage.ShardID]string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	locks, _, err := c.store.ShardLocks(ctx)
+	if err != nil {
+		return nil
+	}
+	out := map[storage.ShardID]string{}
+	for _, l := range locks {
+		out[l.Shard] = l.RunnerID
+	}
+	return out
+}
+
+// waitAllOwned waits until every shard is locked by one of ids.
+func (c *cluster) waitAllOwned(ids []string, within time.Duration) map[storage.ShardID]string {
+	c.t.Helper()
+	var own map[storage.ShardID]string
+	waitFor(c.t, fmt.Sprintf("all %d shards owned by %v", c.shards, ids), within, func() bool {
+		own = c.owners()
+		if len(own) != c.shards {
+			return false
+		}
+		for _, r := range own {
+			if !contains(ids, r) {
+				return false
+			}
+		}
+		return true
+	})
+	return own
+}
+
+const devShards = 64
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// taskClient connects a task client to the cluster's S3 and etcd.
+func (c *cluster) taskClient() *task.Client {
+	c.t.Helper()
+	if c.tasks != nil {
+		return c.tasks
+	}
+	cfg, err := runner.Load(c.cfgPath, nil, []string{"etcd.endpoints=" + c.etcdEP})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	obj, err := runner.OpenObjectStore(context.Background(), cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.tasks, err = task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: cfg.Shards, Waker: c.store})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return c.tasks
+}

@@ -1,0 +1,123 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// s3Fault is what the S3 proxy does to a request.
+type s3Fault int
+
+const (
+	s3Pass        s3Fault = iota
+	s3Error500            // answer 500 without forwarding
+	s3Timeout             // hold the request until the client gives up
+	s3DropReply           // forward (the write happens), then drop the answer
+	s3Partitioned         // refuse every request (connection reset)
+)
+
+// s3Proxy is an HTTP reverse proxy in front of the S3 server that injects
+// faults with a given probability, for one runner.
+type s3Proxy struct {
+	srv    *http.Server
+	ln     net.Listener
+	target *url.URL
+	rp     *httputil.ReverseProxy
+
+	mu   sync.Mutex
+	mode s3Fault
+	prob float64 // chance a request gets mode (1: all)
+	rnd  *rand.Rand
+
+	injected atomic.Int64
+}
+
+func newS3Proxy(t testing.TB, target string) *s3Proxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &s3Proxy{ln: ln, target: u, rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))}
+	p.rp = httputil.NewSingleHostReverseProxy(u)
+	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
+	go p.srv.Serve(ln)
+	t.Cleanup(func() { p.srv.Close() })
+	return p
+}
+
+func (p *s3Proxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+// set makes the proxy apply mode to a share prob of the requests.
+func (p *s3Proxy) set(mode s3Fault, prob float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode, p.prob = mode, prob
+}
+
+func (p *s3Proxy) pick() s3Fault {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode == s3Pass || p.rnd.Float64() >= p.prob {
+		return s3Pass
+	}
+	return p.mode
+}
+
+func (p *s3Proxy) serve(w http.ResponseWriter, r *http.Request) {
+	fault := p.pick()
+	if fault != s3Pass {
+		p.injected.Add(1)
+	}
+	switch fault {
+	case s3Error500:
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>injected</Message></Error>`)
+		return
+	case s3Timeout:
+		<-r.Context().Done()
+		return
+	case s3Partitioned:
+		hijackAndClose(w)
+		return
+	case s3DropReply:
+		// The request reaches the server and is applied; the answer is lost.
+		rec := &discard{header: http.Header{}}
+		p.rp.ServeHTTP(rec, r.WithContext(context.WithoutCancel(r.Context())))
+		hijackAndClose(w)
+		return
+	}
+	p.rp.ServeHTTP(w, r)
+}
+
+// hijackAndClose drops the client's connection without an answer.
+func hijackAndClose(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// discard is a ResponseWriter that throws the answer away.
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}

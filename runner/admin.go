@@ -1,0 +1,168 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status is the runner's state as GET /debug/status reports it.
+type Status struct {
+	RunnerID         string   `json:"runner_id"`
+	Cluster          string   `json:"cluster"`
+	Version          string   `json:"version"`
+	StartedAt        string   `json:"started_at"`
+	Addr             string   `json:"addr"`
+	Weight           float64  `json:"weight"`
+	Draining         bool     `json:"draining"`
+	Registered       bool     `json:"registered"`
+	LeaseID          string   `json:"lease_id"`
+	Attached         bool     `json:"attached"`
+	Mode             string   `json:"mode"`
+	DetachReason     string   `json:"detach_reason"`
+	LeaseDeadlineLag float64  `json:"lease_deadline_lag_seconds"`
+	Owned            int      `json:"owned"`
+	OwnedShards      []string `json:"owned_shards"`
+	Assigned         int      `json:"assigned"`
+	Pending          int      `json:"pending"`
+	ConfigVersion    int64    `json:"config_version"`
+	ConfigCanary     bool     `json:"config_canary"`
+	ConfigError      string   `json:"config_error"`
+	Types            []string `json:"types"`
+}
+
+// Status returns the runner's state.
+func (r *Runner) Status() Status {
+	addr := r.advertise()
+	r.mu.Lock()
+	st := Status{
+		RunnerID:      r.cfg.RunnerID,
+		Cluster:       r.cfg.Cluster,
+		Version:       Version,
+		StartedAt:     r.started.UTC().Format(time.RFC3339),
+		Addr:          addr,
+		Weight:        r.cfg.Weight,
+		Draining:      r.draining,
+		Registered:    r.registered,
+		ConfigVersion: r.dynamic.version,
+		ConfigCanary:  r.dynamic.canary,
+		ConfigError:   r.dynamic.err,
+	}
+	r.mu.Unlock()
+	if st.Draining {
+		st.Weight = 0
+	}
+	if r.host != nil {
+		st.Types = r.host.Types()
+	}
+	if r.mgr == nil {
+		return st
+	}
+	ms := r.mgr.Status()
+	st.Attached = ms.Attached
+	st.Mode = string(ms.Detachment.Mode)
+	if !ms.Attached {
+		st.DetachReason = string(ms.Detachment.Reason)
+	}
+	if ms.LeaseID != 0 {
+		st.LeaseID = strconv.FormatInt(ms.LeaseID, 16)
+	}
+	if !ms.Detachment.Deadline.IsZero() {
+		st.LeaseDeadlineLag = time.Until(ms.Detachment.Deadline).Seconds()
+	}
+	st.Owned = len(ms.Owned)
+	st.OwnedShards = make([]string, 0, len(ms.Owned))
+	for _, o := range ms.Owned {
+		st.OwnedShards = append(st.OwnedShards, o.Shard.String())
+	}
+	st.Assigned, st.Pending = len(ms.Assigned), len(ms.Pending)
+	st.Registered = st.Registered && ms.LeaseID != 0
+	return st
+}
+
+// Handler returns the admin HTTP handler: /metrics, /healthz, /readyz
+// (200 only when registered and attached), /debug/status and POST
+// /admin/drain.
+func (r *Runner) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := r.Status()
+		ready := st.Registered && st.Attached
+		w.Header().Set("Content-Type", "application/json")
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		reason := ""
+		switch {
+		case !st.Registered:
+			reason = "not registered"
+		case !st.Attached:
+			reason = "detached: " + st.DetachReason
+		}
+		json.NewEncoder(w).Encode(map[string]any{"ready": ready, "reason": reason})
+	})
+	mux.HandleFunc("GET /debug/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(r.Status())
+	})
+	mux.HandleFunc("POST /admin/drain", func(w http.ResponseWriter, _ *http.Request) {
+		if r.mgr == nil {
+			http.Error(w, "not running", http.StatusServiceUnavailable)
+			return
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DrainTimeout.Std())
+			defer cancel()
+			if err := r.Drain(ctx); err != nil {
+				r.log.Warn("drain requested over HTTP did not complete", "err", err)
+			}
+		}()
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintln(w, "draining")
+	})
+	return mux
+}
+
+func (r *Runner) startAdmin() error {
+	if r.cfg.AdminAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", r.cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("runner %s: admin server on %s: %w", r.cfg.RunnerID, r.cfg.AdminAddr, err)
+	}
+	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	r.mu.Lock()
+	r.ln, r.admin = ln, srv
+	r.mu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+			r.log.Error("admin server failed", "err", err)
+		}
+	}()
+	return nil
+}
+
+func (r *Runner) stopAdmin() {
+	r.mu.Lock()
+	srv := r.admin
+	r.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+}

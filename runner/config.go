@@ -1,0 +1,357 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/detachment"
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/sharding"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("runner: invalid config")
+
+// Config is a runner's whole configuration. It loads from YAML (keys as the
+// yaml tags below), from TENURE_* environment variables (the key path in
+// upper case with "_" for "." and "-", e.g. TENURE_ETCD_ENDPOINTS) and from
+// flags (--set key=value and the dedicated ones); flags win over the
+// environment, which wins over the file. Durations are human strings ("10s").
+type Config struct {
+	// Cluster names the cluster: its etcd prefix is /tenure/<cluster>/ and
+	// its S3 prefix tenure/<cluster>/. Default "default".
+	Cluster string `yaml:"cluster"`
+	// RunnerID identifies this runner; stable across restarts. Default the
+	// host name.
+	RunnerID string `yaml:"runner_id"`
+	// Weight is this runner's share of the shards relative to the others; 0
+	// drains it. Default 1.
+	Weight float64 `yaml:"weight"`
+	// Groups are the shard groups this runner serves; empty serves all.
+	Groups []string `yaml:"groups"`
+	// Shards is the number of shards per group, fixed for the cluster's
+	// life (checked against the cluster meta). Default 256.
+	Shards int `yaml:"shards"`
+	// ShardGroups are the cluster's shard groups. Default ["default"].
+	ShardGroups []string `yaml:"shard_groups"`
+	// AdminAddr is where the admin HTTP server listens (/metrics, /healthz,
+	// /readyz, /debug/status); "" disables it. Default 127.0.0.1:9310.
+	AdminAddr string `yaml:"admin_addr"`
+	// AdvertiseAddr is the admin address other processes reach this runner
+	// at, recorded in its registration. Default: AdminAddr.
+	AdvertiseAddr string `yaml:"advertise_addr"`
+	// Handlers are the task handlers of a standalone runner, TYPE=SPEC
+	// (http:URL or exec:COMMAND); the built-in echo and sleep are always
+	// there.
+	Handlers []string `yaml:"handlers"`
+	// DrainTimeout bounds the graceful stop's handoff. Default 30s.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+
+	Etcd       EtcdConfig       `yaml:"etcd"`
+	S3         S3Config         `yaml:"s3"`
+	Lease      LeaseConfig      `yaml:"lease"`
+	Detachment DetachmentConfig `yaml:"detachment"`
+	Sharding   ShardingConfig   `yaml:"sharding"`
+	Entity     EntityConfig     `yaml:"entity"`
+	Log        LogConfig        `yaml:"log"`
+	Tracing    TracingConfig    `yaml:"tracing"`
+}
+
+// EtcdConfig says how to reach etcd.
+type EtcdConfig struct {
+	Endpoints      []string `yaml:"endpoints"`       // client URLs; required
+	Username       string   `yaml:"username"`        // etcd auth; empty disables
+	Password       string   `yaml:"password"`        //
+	CAFile         string   `yaml:"ca_file"`         // TLS: CA bundle; enables TLS
+	CertFile       string   `yaml:"cert_file"`       // TLS client certificate
+	KeyFile        string   `yaml:"key_file"`        // TLS client key
+	ServerName     string   `yaml:"server_name"`     // TLS server name override
+	DialTimeout    Duration `yaml:"dial_timeout"`    // default 5s
+	RequestTimeout Duration `yaml:"request_timeout"` // every call but keep-alives; default 5s
+}
+
+// S3Config says how to reach the object store.
+type S3Config struct {
+	Endpoint  string `yaml:"endpoint"`   // e.g. http://127.0.0.1:23900; empty: AWS for the region
+	Region    string `yaml:"region"`     // default us-east-1
+	Bucket    string `yaml:"bucket"`     // required
+	Prefix    string `yaml:"prefix"`     // key prefix; default tenure/<cluster>/
+	PathStyle bool   `yaml:"path_style"` // path-style addressing (most non-AWS servers)
+	// Static credentials; all empty: the default AWS credential chain.
+	AccessKey      string   `yaml:"access_key"`
+	SecretKey      string   `yaml:"secret_key"`
+	SessionToken   string   `yaml:"session_token"`
+	RequestTimeout Duration `yaml:"request_timeout"` // default 10s
+}
+
+// LeaseConfig tunes the runner lease.
+type LeaseConfig struct {
+	TTL               Duration `yaml:"ttl"`                // default 10s
+	KeepAliveInterval Duration `yaml:"keepalive_interval"` // default ttl/3
+	KeepAliveTimeout  Duration `yaml:"keepalive_timeout"`  // default ttl/6
+}
+
+// DetachmentConfig is the part of detachment.Config that can also change
+// at run time (see the dynamic config).
+type DetachmentConfig struct {
+	Mode              string   `yaml:"mode"`                        // off | observe | enforce (default)
+	Margin            Duration `yaml:"margin"`                      // default ttl/3
+	RecoverWindow     Duration `yaml:"recover_window"`              // default 2s
+	FailureThreshold  int      `yaml:"keepalive_failure_threshold"` // default 2
+	StorageErrorGrace Duration `yaml:"storage_error_grace"`         // default 1s
+}
+
+// ShardingConfig tunes the shard loops.
+type ShardingConfig struct {
+	RebalanceDebounce    Duration `yaml:"rebalance_debounce"`     // default 250ms
+	RebalanceInterval    Duration `yaml:"rebalance_interval"`     // default 10s
+	LockRefreshInterval  Duration `yaml:"lock_refresh_interval"`  // default ttl/3
+	AcquireRetryInterval Duration `yaml:"acquire_retry_interval"` // default 200ms
+	AcquireRetryWindow   Duration `yaml:"acquire_retry_window"`   // default 2s
+	InterruptTimeout     Duration `yaml:"interrupt_timeout"`      // default 5s
+}
+
+// EntityConfig tunes the entity host.
+type EntityConfig struct {
+	ReconcileInterval      Duration `yaml:"reconcile_interval"`        // default 60s
+	TaskLease              Duration `yaml:"task_lease"`                // default 30s
+	MaxConcurrentPerShard  int      `yaml:"max_concurrent_per_shard"`  // default 64
+	MaxConcurrentPerRunner int      `yaml:"max_concurrent_per_runner"` // default 256
+	MaxIdle                Duration `yaml:"max_idle"`                  // default 60s
+	MaxResident            int      `yaml:"max_resident"`              // default 10000
+	MaxInputSize           int      `yaml:"max_input_size"`            // bytes; default 256 KiB
+}
+
+// LogConfig selects the log output.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug | info (default) | warn | error
+	Format string `yaml:"format"` // text (default) | json
+}
+
+// TracingConfig selects where spans go.
+type TracingConfig struct {
+	// OTLPEndpoint, host:port of an OTLP/gRPC collector; empty disables
+	// tracing (no-op).
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	Insecure     bool   `yaml:"insecure"` // plain gRPC to the collector
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "runner"
+	}
+	sc := sharding.DefaultConfig()
+	ec := entity.DefaultConfig()
+	return Config{
+		Cluster:      "default",
+		RunnerID:     sanitizeID(host),
+		Weight:       1,
+		Shards:       256,
+		ShardGroups:  []string{"default"},
+		AdminAddr:    "127.0.0.1:9310",
+		DrainTimeout: Duration(30 * time.Second),
+		Etcd: EtcdConfig{
+			DialTimeout:    Duration(5 * time.Second),
+			RequestTimeout: Duration(5 * time.Second),
+		},
+		S3: S3Config{Region: "us-east-1", RequestTimeout: Duration(10 * time.Second)},
+		Lease: LeaseConfig{
+			TTL:               Duration(sc.LeaseTTL),
+			KeepAliveInterval: Duration(sc.KeepAliveInterval),
+			KeepAliveTimeout:  Duration(sc.KeepAliveTimeout),
+		},
+		Detachment: DetachmentConfig{
+			Mode:              string(sc.Detachment.Mode),
+			Margin:            Duration(sc.Detachment.DetachMargin),
+			RecoverWindow:     Duration(sc.Detachment.RecoverWindow),
+			FailureThreshold:  sc.Detachment.KeepAliveFailureThreshold,
+			StorageErrorGrace: Duration(sc.Detachment.StorageErrorGrace),
+		},
+		Sharding: ShardingConfig{
+			RebalanceDebounce:    Duration(sc.RebalanceDebounce),
+			RebalanceInterval:    Duration(sc.RebalanceInterval),
+			LockRefreshInterval:  Duration(sc.LockRefreshInterval),
+			AcquireRetryInterval: Duration(sc.AcquireRetryInterval),
+			AcquireRetryWindow:   Duration(sc.AcquireRetryWindow),
+			InterruptTimeout:     Duration(sc.InterruptTimeout),
+		},
+		Entity: EntityConfig{
+			ReconcileInterval:      Duration(ec.ReconcileInterval),
+			TaskLease:              Duration(ec.TaskLease),
+			MaxConcurrentPerShard:  ec.MaxConcurrentPerShard,
+			MaxConcurrentPerRunner: ec.MaxConcurrentPerRunner,
+			MaxIdle:                Duration(ec.MaxIdle),
+			MaxResident:            ec.MaxResident,
+			MaxInputSize:           256 << 10,
+		},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+var badIDChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+func sanitizeID(s string) string {
+	s = strings.Trim(badIDChars.ReplaceAllString(s, "-"), "-._")
+	if s == "" {
+		return "runner"
+	}
+	return s
+}
+
+// ShardingConfig returns the sharding.Config the runner runs with.
+func (c Config) ShardingConfig() sharding.Config {
+	return sharding.Config{
+		LeaseTTL:             c.Lease.TTL.Std(),
+		KeepAliveInterval:    c.Lease.KeepAliveInterval.Std(),
+		KeepAliveTimeout:     c.Lease.KeepAliveTimeout.Std(),
+		Detachment:           c.Detachment.Machine(),
+		RebalanceDebounce:    c.Sharding.RebalanceDebounce.Std(),
+		RebalanceInterval:    c.Sharding.RebalanceInterval.Std(),
+		LockRefreshInterval:  c.Sharding.LockRefreshInterval.Std(),
+		AcquireRetryInterval: c.Sharding.AcquireRetryInterval.Std(),
+		AcquireRetryWindow:   c.Sharding.AcquireRetryWindow.Std(),
+		InterruptTimeout:     c.Sharding.InterruptTimeout.Std(),
+		ProbeInterval:        500 * time.Millisecond,
+	}
+}
+
+// Machine returns the detachment.Config these settings describe.
+func (d DetachmentConfig) Machine() detachment.Config {
+	return detachment.Config{
+		Mode:                      detachment.Mode(d.Mode),
+		DetachMargin:              d.Margin.Std(),
+		RecoverWindow:             d.RecoverWindow.Std(),
+		KeepAliveFailureThreshold: d.FailureThreshold,
+		StorageErrorGrace:         d.StorageErrorGrace.Std(),
+	}
+}
+
+// EntityConfig returns the entity.Config the runner runs with.
+func (c Config) EntityConfig() entity.Config {
+	ec := entity.DefaultConfig()
+	ec.ReconcileInterval = c.Entity.ReconcileInterval.Std()
+	ec.TaskLease = c.Entity.TaskLease.Std()
+	ec.MaxConcurrentPerShard = c.Entity.MaxConcurrentPerShard
+	ec.MaxConcurrentPerRunner = c.Entity.MaxConcurrentPerRunner
+	ec.MaxIdle = c.Entity.MaxIdle.Std()
+	ec.MaxResident = c.Entity.MaxResident
+	// Takeover at once is safe only when runners stop before their locks
+	// can go, which enforce mode guarantees.
+	ec.TakeoverImmediately = c.Detachment.Mode == string(detachment.ModeEnforce)
+	return ec
+}
+
+// Validate checks every field, naming the key and the bound; it also runs
+// the component configs' own checks.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key string, v any, rule string) {
+		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, key, v, rule))
+	}
+	if !validName.MatchString(c.Cluster) {
+		bad("cluster", c.Cluster, "must match "+validName.String())
+	}
+	if !validName.MatchString(c.RunnerID) {
+		bad("runner_id", c.RunnerID, "must match "+validName.String())
+	}
+	if math.IsNaN(c.Weight) || math.IsInf(c.Weight, 0) || c.Weight < 0 {
+		bad("weight", c.Weight, "must be a finite number ≥ 0 (0 drains)")
+	}
+	if c.Shards < 1 || c.Shards > 65536 {
+		bad("shards", c.Shards, "must be in [1, 65536]")
+	}
+	if len(c.ShardGroups) == 0 {
+		bad("shard_groups", c.ShardGroups, "needs at least one group")
+	}
+	for _, g := range append(append([]string{}, c.ShardGroups...), c.Groups...) {
+		if !validName.MatchString(g) {
+			bad("groups", g, "must match "+validName.String())
+		}
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		bad("etcd.endpoints", "[]", "at least one endpoint is required")
+	}
+	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
+		bad("etcd.cert_file", c.Etcd.CertFile, "cert_file and key_file go together")
+	}
+	if c.Etcd.DialTimeout <= 0 || c.Etcd.RequestTimeout <= 0 {
+		bad("etcd.request_timeout", c.Etcd.RequestTimeout, "dial and request timeouts must be > 0")
+	}
+	if c.S3.Bucket == "" {
+		bad("s3.bucket", `""`, "required")
+	}
+	if (c.S3.AccessKey == "") != (c.S3.SecretKey == "") {
+		bad("s3.access_key", "(hidden)", "access_key and secret_key go together (or neither, for the default credential chain)")
+	}
+	if c.S3.RequestTimeout <= 0 {
+		bad("s3.request_timeout", c.S3.RequestTimeout, "must be > 0")
+	}
+	if c.DrainTimeout <= 0 {
+		bad("drain_timeout", c.DrainTimeout, "must be > 0")
+	}
+	if c.Entity.MaxInputSize < 1024 || c.Entity.MaxInputSize > 64<<20 {
+		bad("entity.max_input_size", c.Entity.MaxInputSize, "must be in [1 KiB, 64 MiB]")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", c.Log.Level, "must be debug, info, warn or error")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", c.Log.Format, "must be text or json")
+	}
+	for _, h := range c.Handlers {
+		if _, _, ok := strings.Cut(h, "="); !ok {
+			bad("handlers", h, "must be TYPE=SPEC")
+		}
+	}
+	if err := c.ShardingConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
+	}
+	if err := c.EntityConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+	return errors.Join(errs...)
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// renameFields maps the component configs' Go field names to this config's
+// keys, so that errors name what the user wrote.
+func renameFields(err error) error {
+	msg := err.Error()
+	for _, prefix := range []string{"detachment: invalid config: ", "sharding: invalid config: "} {
+		msg = strings.ReplaceAll(msg, prefix, "")
+	}
+	for _, r := range [][2]string{
+		{"DetachMargin", "detachment.margin"}, {"RecoverWindow", "detachment.recover_window"},
+		{"KeepAliveFailureThreshold", "detachment.keepalive_failure_threshold"},
+		{"StorageErrorGrace", "detachment.storage_error_grace"}, {"Mode", "detachment.mode"},
+		{"LeaseTTL", "lease.ttl"}, {"KeepAliveInterval", "lease.keepalive_interval"},
+		{"KeepAliveTimeout", "lease.keepalive_timeout"}, {"RebalanceDebounce", "sharding.rebalance_debounce"},
+		{"RebalanceInterval", "sharding.rebalance_interval"}, {"LockRefreshInterval", "sharding.lock_refresh_interval"},
+		{"AcquireRetryInterval", "sharding.acquire_retry_interval"}, {"AcquireRetryWindow", "sharding.acquire_retry_window"},
+		{"InterruptTimeout", "sharding.interrupt_timeout"},
+	} {
+		msg = strings.ReplaceAll(msg, r[0], r[1])
+	}
+	return errors.New(msg)
+}
+
+// ParseHandler splits a TYPE=SPEC handler flag.
+func ParseHandler(s string) (typ, spec string, err error) {
+	typ, spec, ok := strings.Cut(s, "=")
+	if !ok || typ == "" || spec == "" {
+		return "", "", fmt.Errorf("%w: handler %q: want TYPE=SPEC (http:URL or exec:COMMAND)", ErrInvalidConfig, s)
+	}
+	return typ, spec, nil
+}

@@ -1,0 +1,130 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tenurehq/tenure/detachment"
+)
+
+// DynamicKeys are the settings the cluster's dynamic config (the etcd
+// "config" key) may change at run time.
+var DynamicKeys = []string{
+	"detachment.mode",
+	"detachment.margin",
+	"detachment.recover_window",
+	"detachment.keepalive_failure_threshold",
+	"detachment.storage_error_grace",
+}
+
+// DynamicDoc is the dynamic config document. Base applies to every runner;
+// while a change rolls out, Canary (a complete overlay: Base plus the
+// change) applies to the runners whose RolloutBucket is below Rollout.
+type DynamicDoc struct {
+	Version   int64             `json:"version"`          // +1 on every write; exported as a metric label
+	Base      map[string]string `json:"base,omitempty"`   // key → value for every runner
+	Canary    map[string]string `json:"canary,omitempty"` // key → value for runners under the cut
+	Rollout   int               `json:"rollout"`          // percent of runners on Canary, 0–100
+	UpdatedAt time.Time         `json:"updated_at"`
+	UpdatedBy string            `json:"updated_by,omitempty"`
+}
+
+// RolloutBucket places a runner in [0, 100): xxhash64 of its id modulo 100.
+// A change rolled out to p percent applies to the runners with bucket < p,
+// so raising p only adds runners.
+func RolloutBucket(runnerID string) int { return int(xxhash.Sum64String(runnerID) % 100) }
+
+// ParseDynamicDoc decodes and checks a stored document.
+func ParseDynamicDoc(b []byte) (DynamicDoc, error) {
+	var d DynamicDoc
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return DynamicDoc{}, fmt.Errorf("%w: dynamic config: %w", ErrInvalidConfig, err)
+	}
+	return d, d.Check()
+}
+
+// Check validates the document on its own: known keys, parsable values,
+// a rollout in range, and a detachment config that is valid for some lease
+// (each runner checks the margin against its own TTL when it applies it).
+func (d DynamicDoc) Check() error {
+	var errs []error
+	if d.Rollout < 0 || d.Rollout > 100 {
+		errs = append(errs, fmt.Errorf("%w: rollout %d: must be 0–100", ErrInvalidConfig, d.Rollout))
+	}
+	for _, layer := range []map[string]string{d.Base, d.Canary} {
+		probe := DefaultConfig()
+		probe.Lease.TTL = Duration(24 * time.Hour) // the loosest bound: runners check their own
+		for k, v := range layer {
+			if !slices.Contains(DynamicKeys, k) {
+				errs = append(errs, fmt.Errorf("%w: %s cannot change at run time (dynamic keys: %s)", ErrInvalidConfig, k, strings.Join(DynamicKeys, ", ")))
+				continue
+			}
+			if err := probe.Set(k, v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := probe.Detachment.Machine().Validate(probe.Lease.TTL.Std()); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Change returns the document after setting kv (key → value) for rollout
+// percent of the runners: 100 makes the change (and any canary in progress)
+// everyone's base; less puts it in the canary on top of the base and the
+// canary in progress.
+func (d DynamicDoc) Change(kv map[string]string, rollout int, by string, now time.Time) DynamicDoc {
+	next := DynamicDoc{Version: d.Version + 1, Rollout: rollout, UpdatedAt: now.UTC(), UpdatedBy: by}
+	if rollout >= 100 {
+		next.Rollout = 100
+		next.Base = merge(d.Base, d.Canary, kv)
+		return next
+	}
+	next.Base = maps.Clone(d.Base)
+	next.Canary = merge(d.Base, d.Canary, kv)
+	return next
+}
+
+func merge(layers ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, l := range layers {
+		maps.Copy(out, l)
+	}
+	return out
+}
+
+// For returns the settings that apply to runnerID and whether it is on the
+// canary.
+func (d DynamicDoc) For(runnerID string) (map[string]string, bool) {
+	if d.Canary != nil && RolloutBucket(runnerID) < d.Rollout {
+		return d.Canary, true
+	}
+	return d.Base, false
+}
+
+// Apply returns the detachment config c gets from the document: c's own
+// settings overlaid with the ones that apply to its runner, validated
+// against its lease TTL.
+func (d DynamicDoc) Apply(c Config) (detachment.Config, bool, error) {
+	layer, canary := d.For(c.RunnerID)
+	for _, k := range slices.Sorted(maps.Keys(layer)) {
+		if err := c.Set(k, layer[k]); err != nil {
+			return detachment.Config{}, canary, err
+		}
+	}
+	det := c.Detachment.Machine()
+	if err := det.Validate(c.Lease.TTL.Std()); err != nil {
+		return detachment.Config{}, canary, fmt.Errorf("%w: dynamic config version %d for runner %s: %w", ErrInvalidConfig, d.Version, c.RunnerID, renameFields(err))
+	}
+	return det, canary, nil
+}

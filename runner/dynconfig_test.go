@@ -1,0 +1,103 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/detachment"
+)
+
+func TestRolloutBucketSpread(t *testing.T) {
+	counts := make([]int, 10)
+	for i := 0; i < 10000; i++ {
+		counts[RolloutBucket(fmt.Sprintf("runner-%d", i))/10]++
+	}
+	for i, n := range counts {
+		if n < 800 || n > 1200 {
+			t.Fatalf("decile %d holds %d of 10000 runners", i, n)
+		}
+	}
+	if RolloutBucket("runner-a") != RolloutBucket("runner-a") {
+		t.Fatal("not deterministic")
+	}
+}
+
+func TestDynamicDocRollout(t *testing.T) {
+	now := time.Unix(0, 0)
+	var d DynamicDoc
+	d = d.Change(map[string]string{"detachment.mode": "observe"}, 50, "ops", now)
+	if d.Version != 1 || d.Rollout != 50 || d.Canary["detachment.mode"] != "observe" || len(d.Base) != 0 {
+		t.Fatalf("canary change: %+v", d)
+	}
+	if err := d.Check(); err != nil {
+		t.Fatal(err)
+	}
+	base := DefaultConfig()
+	base.Etcd.Endpoints, base.S3.Bucket = []string{"x"}, "b"
+	on, off := 0, 0
+	for i := 0; i < 200; i++ {
+		c := base
+		c.RunnerID = fmt.Sprintf("r%d", i)
+		det, canary, err := d.Apply(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if canary != (RolloutBucket(c.RunnerID) < 50) {
+			t.Fatalf("%s: canary %v, bucket %d", c.RunnerID, canary, RolloutBucket(c.RunnerID))
+		}
+		if canary {
+			on++
+			if det.Mode != detachment.ModeObserve {
+				t.Fatalf("%s on the canary runs %s", c.RunnerID, det.Mode)
+			}
+		} else {
+			off++
+			if det.Mode != detachment.ModeEnforce {
+				t.Fatalf("%s off the canary runs %s", c.RunnerID, det.Mode)
+			}
+		}
+	}
+	if on < 60 || off < 60 {
+		t.Fatalf("50%% rollout split %d/%d", on, off)
+	}
+	// Promote: everyone gets it; a further canary layers on top.
+	d = d.Change(nil, 100, "ops", now)
+	if d.Version != 2 || d.Canary != nil || d.Base["detachment.mode"] != "observe" {
+		t.Fatalf("promotion: %+v", d)
+	}
+	d = d.Change(map[string]string{"detachment.recover_window": "5s"}, 10, "ops", now)
+	if d.Canary["detachment.mode"] != "observe" || d.Canary["detachment.recover_window"] != "5s" {
+		t.Fatalf("layered canary: %+v", d)
+	}
+}
+
+func TestDynamicDocRejects(t *testing.T) {
+	for name, raw := range map[string]string{
+		"not json":       `{"version":`,
+		"unknown field":  `{"version":1,"extra":1}`,
+		"static key":     `{"version":1,"base":{"shards":"5"}}`,
+		"bad mode":       `{"version":1,"base":{"detachment.mode":"bogus"}}`,
+		"bad duration":   `{"version":1,"canary":{"detachment.margin":"soon"},"rollout":5}`,
+		"rollout range":  `{"version":1,"rollout":150}`,
+		"zero threshold": `{"version":1,"base":{"detachment.keepalive_failure_threshold":"0"}}`,
+	} {
+		if _, err := ParseDynamicDoc([]byte(raw)); err == nil {
+			t.Errorf("%s: accepted %s", name, raw)
+		}
+	}
+	// Valid for the document, too big a margin for this runner's TTL.
+	d := DynamicDoc{Version: 3, Base: map[string]string{"detachment.margin": "30s"}}
+	raw, _ := json.Marshal(d)
+	doc, err := ParseDynamicDoc(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.Etcd.Endpoints, c.S3.Bucket = []string{"x"}, "b"
+	if _, _, err := doc.Apply(c); err == nil || !strings.Contains(err.Error(), "detachment.margin") {
+		t.Fatalf("margin 30s against a 10s TTL: %v", err)
+	}
+}

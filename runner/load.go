@@ -1,0 +1,230 @@
+package runner
+
+import (
+	"bytes"
+	"encoding"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvPrefix starts every environment variable the config reads.
+const EnvPrefix = "TENURE_"
+
+// Load builds a Config: defaults, then the YAML file at path (skipped when
+// path is empty), then the TENURE_* variables of environ, then overrides
+// ("key=value", from flags, in order). Keys that derive from the lease TTL
+// (keep-alive interval and timeout, detach margin, lock refresh) follow it
+// unless set themselves. The result is validated.
+func Load(path string, environ []string, overrides []string) (Config, error) {
+	c := DefaultConfig()
+	set := map[string]bool{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: config file: %w", ErrInvalidConfig, err)
+		}
+		if err := c.decodeYAML(b, set); err != nil {
+			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrInvalidConfig, path, err)
+		}
+	}
+	envKeys := map[string]string{}
+	for _, k := range Keys() {
+		envKeys[EnvName(k)] = k
+	}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		key, known := envKeys[name]
+		if !known {
+			return Config{}, fmt.Errorf("%w: environment variable %s names no config key (see tenure run --help)", ErrInvalidConfig, name)
+		}
+		if err := c.Set(key, value); err != nil {
+			return Config{}, fmt.Errorf("%s: %w", name, err)
+		}
+		set[key] = true
+	}
+	for _, kv := range overrides {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return Config{}, fmt.Errorf("%w: %q: want key=value", ErrInvalidConfig, kv)
+		}
+		if err := c.Set(key, value); err != nil {
+			return Config{}, err
+		}
+		set[key] = true
+	}
+	c.derive(set)
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// decodeYAML decodes a config file strictly (unknown keys are errors) and
+// records which keys it set.
+func (c *Config) decodeYAML(b []byte, set map[string]bool) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && err.Error() != "EOF" {
+		return err
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err == nil {
+		markSet("", raw, set)
+	}
+	return nil
+}
+
+func markSet(prefix string, m map[string]any, set map[string]bool) {
+	for k, v := range m {
+		key := prefix + k
+		if sub, ok := v.(map[string]any); ok {
+			markSet(key+".", sub, set)
+			continue
+		}
+		set[key] = true
+	}
+}
+
+// derive fills the keys that follow the lease TTL when they were not set.
+func (c *Config) derive(set map[string]bool) {
+	ttl := c.Lease.TTL
+	if !set["lease.keepalive_interval"] {
+		c.Lease.KeepAliveInterval = ttl / 3
+	}
+	if !set["lease.keepalive_timeout"] {
+		c.Lease.KeepAliveTimeout = ttl / 6
+	}
+	if !set["detachment.margin"] {
+		c.Detachment.Margin = ttl / 3
+	}
+	if !set["sharding.lock_refresh_interval"] {
+		c.Sharding.LockRefreshInterval = ttl / 3
+	}
+	if !set["advertise_addr"] && c.AdvertiseAddr == "" {
+		c.AdvertiseAddr = c.AdminAddr
+	}
+}
+
+// EnvName returns the environment variable of a key: TENURE_ETCD_ENDPOINTS
+// for etcd.endpoints.
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+}
+
+// Keys lists every config key, in declaration order.
+func Keys() []string {
+	var out []string
+	walk(reflect.TypeOf(Config{}), "", func(key string, _ []int) { out = append(out, key) })
+	return out
+}
+
+// walk visits every leaf field of t with its dotted key and index path.
+func walk(t reflect.Type, prefix string, visit func(key string, index []int)) {
+	var rec func(t reflect.Type, prefix string, index []int)
+	rec = func(t reflect.Type, prefix string, index []int) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			idx := append(slices.Clone(index), i)
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Duration(0)) {
+				rec(f.Type, prefix+tag+".", idx)
+				continue
+			}
+			visit(prefix+tag, idx)
+		}
+	}
+	rec(t, prefix, nil)
+}
+
+// Set sets the key to value, parsed by the field's type: numbers, booleans,
+// durations ("10s"), and comma-separated lists.
+func (c *Config) Set(key, value string) error {
+	var index []int
+	walk(reflect.TypeOf(*c), "", func(k string, idx []int) {
+		if k == key {
+			index = idx
+		}
+	})
+	if index == nil {
+		return fmt.Errorf("%w: unknown key %q (known: %s)", ErrInvalidConfig, key, strings.Join(Keys(), ", "))
+	}
+	f := reflect.ValueOf(c).Elem().FieldByIndex(index)
+	if err := setValue(f, value); err != nil {
+		return fmt.Errorf("%w: %s = %q: %w", ErrInvalidConfig, key, value, err)
+	}
+	return nil
+}
+
+func setValue(f reflect.Value, value string) error {
+	if u, ok := f.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		return u.UnmarshalText([]byte(value))
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(value)
+	case reflect.Int:
+		n, err := strconv.Atoi(value)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		f.SetInt(int64(n))
+	case reflect.Float64:
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return errors.New("not a number")
+		}
+		f.SetFloat(n)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return errors.New("not a boolean (true or false)")
+		}
+		f.SetBool(b)
+	case reflect.Slice:
+		var items []string
+		for _, s := range strings.Split(value, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				items = append(items, s)
+			}
+		}
+		f.Set(reflect.ValueOf(items))
+	default:
+		return fmt.Errorf("unsupported kind %s", f.Kind())
+	}
+	return nil
+}
+
+// Get returns the value of a key as a string.
+func (c Config) Get(key string) (string, error) {
+	var index []int
+	walk(reflect.TypeOf(c), "", func(k string, idx []int) {
+		if k == key {
+			index = idx
+		}
+	})
+	if index == nil {
+		return "", fmt.Errorf("%w: unknown key %q", ErrInvalidConfig, key)
+	}
+	f := reflect.ValueOf(c).FieldByIndex(index)
+	if m, ok := f.Interface().(encoding.TextMarshaler); ok {
+		b, _ := m.MarshalText()
+		return string(b), nil
+	}
+	if f.Kind() == reflect.Slice {
+		return strings.Join(f.Interface().([]string), ","), nil
+	}
+	return fmt.Sprint(f.Interface()), nil
+}

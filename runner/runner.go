@@ -1,0 +1,365 @@
+package runner
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
+	s3store "github.com/tenurehq/tenure/storage/s3"
+)
+
+// Version is the software version runners register with.
+var Version = "dev"
+
+// Runner is one Tenure runner: storage connections, the sharding manager
+// (registration, lease, detachment, shard locks), the entity host, the
+// dynamic config watcher and the admin HTTP server, with one owner for their
+// lifetimes.
+type Runner struct {
+	cfg     Config
+	log     *slog.Logger // with the runner id
+	base    *slog.Logger // without: for components that add it
+	reg     *prometheus.Registry
+	tracer  trace.TracerProvider
+	started time.Time
+
+	rs    *etcd.Store
+	obj   *s3store.Store
+	tasks *task.Store
+	host  *entity.Host
+	mgr   *sharding.Manager
+	admin *http.Server
+	ln    net.Listener
+
+	registerTypes []func(*entity.Host) error
+
+	mu         sync.Mutex
+	dynamic    dynamicState
+	draining   bool
+	registered bool
+}
+
+// dynamicState is the dynamic config in force.
+type dynamicState struct {
+	version int64
+	canary  bool
+	err     string // why the latest document was ignored, if it was
+}
+
+// Option configures a Runner.
+type Option func(*Runner)
+
+// WithRegistry exports the runner's metrics on reg (default: a private
+// registry, served at /metrics).
+func WithRegistry(reg *prometheus.Registry) Option { return func(r *Runner) { r.reg = reg } }
+
+// WithLogger sets the logger (default: from the config's log settings, on
+// stderr).
+func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
+
+// WithTracerProvider sends task spans to tp (default: OTLP when configured,
+// else none).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(r *Runner) { r.tracer = tp } }
+
+// WithTypes registers task and entity types on the host before the runner
+// starts: how a Go service embeds Tenure.
+func WithTypes(register func(*entity.Host) error) Option {
+	return func(r *Runner) { r.registerTypes = append(r.registerTypes, register) }
+}
+
+// New validates cfg and returns a runner; Run starts it.
+func New(cfg Config, opts ...Option) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg}
+	for _, opt := range opts {
+		opt(r)
+	}
+	if r.log == nil {
+		r.log = NewLogger(cfg.Log, os.Stderr)
+	}
+	// Components add the runner id themselves; the runner's own messages
+	// carry it through r.log.
+	r.base = r.log
+	r.log = r.log.With("runner", cfg.RunnerID)
+	if r.reg == nil {
+		r.reg = prometheus.NewRegistry()
+		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if r.tracer == nil {
+		r.tracer = noop.NewTracerProvider()
+	}
+	return r, nil
+}
+
+// NewLogger returns the slog logger the log settings describe.
+func NewLogger(c LogConfig, w *os.File) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Config returns the runner's configuration.
+func (r *Runner) Config() Config { return r.cfg }
+
+// Registry returns the runner's metrics registry.
+func (r *Runner) Registry() *prometheus.Registry { return r.reg }
+
+// AdminAddr returns the address the admin server listens on, once Run has
+// started it ("" before, or when disabled).
+func (r *Runner) AdminAddr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ln == nil {
+		return ""
+	}
+	return r.ln.Addr().String()
+}
+
+// Run connects, registers and runs the runner until ctx ends, then stops it
+// gracefully: it drains (the others take its shards, each handed over after
+// its in-flight tasks are requeued), revokes its lease and returns nil. A
+// startup failure (unreachable etcd or S3, a missing bucket, a cluster meta
+// that disagrees) is returned at once.
+func (r *Runner) Run(ctx context.Context) error {
+	r.started = time.Now()
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	defer r.closeStores()
+	meta := storage.ClusterMeta{Shards: r.cfg.Shards, Groups: sortedGroups(r.cfg.ShardGroups), Hash: sharding.HashName}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Etcd.RequestTimeout.Std())
+	_, err := r.rs.EnsureMeta(cctx, meta)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("runner %s: cluster %q: %w", r.cfg.RunnerID, r.cfg.Cluster, err)
+	}
+
+	r.host, err = entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(),
+		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer))
+	if err != nil {
+		return err
+	}
+	for _, register := range r.registerTypes {
+		if err := register(r.host); err != nil {
+			return fmt.Errorf("runner %s: registering types: %w", r.cfg.RunnerID, err)
+		}
+	}
+	if err := r.startAdmin(); err != nil {
+		return err
+	}
+	defer r.stopAdmin()
+	self := storage.RunnerInfo{
+		ID: r.cfg.RunnerID, Addr: r.advertise(), Weight: r.cfg.Weight,
+		Groups: r.cfg.Groups, Version: Version, StartedAt: r.started.UTC(),
+	}
+	r.mgr, err = sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
+		sharding.WithHandler(r.host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))
+	if err != nil {
+		return err
+	}
+	r.registerInfo()
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	var wg sync.WaitGroup
+	runErr := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		runErr <- r.mgr.Run(runCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		r.watchDynamic(runCtx)
+	}()
+	r.mu.Lock()
+	r.registered = true
+	r.mu.Unlock()
+	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "version", Version)
+
+	select {
+	case err := <-runErr:
+		// The manager ended on its own: a startup failure.
+		stopRun()
+		wg.Wait()
+		r.closeHost()
+		return err
+	case <-ctx.Done():
+	}
+	// Graceful stop: stop taking work, hand the shards over, release, close.
+	r.log.Info("stopping: draining shards", "timeout", r.cfg.DrainTimeout)
+	dctx, cancelDrain := context.WithTimeout(context.Background(), r.cfg.DrainTimeout.Std())
+	r.setDraining()
+	if err := r.mgr.Drain(dctx); err != nil {
+		r.log.Warn("drain incomplete; remaining shards free when the lease is revoked", "err", err)
+	}
+	cancelDrain()
+	stopRun() // interrupts what is left and revokes the lease
+	wg.Wait()
+	r.closeHost()
+	r.mu.Lock()
+	r.registered = false
+	r.mu.Unlock()
+	r.log.Info("runner stopped")
+	return nil
+}
+
+// advertise is the admin address to register: the configured one, or the
+// listener's when the configured port was 0.
+func (r *Runner) advertise() string {
+	addr := r.cfg.AdvertiseAddr
+	if host, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		if _, real, err := net.SplitHostPort(r.AdminAddr()); err == nil {
+			addr = net.JoinHostPort(host, real)
+		}
+	}
+	return addr
+}
+
+// Drain hands the runner's shards over and keeps it running with weight 0
+// (the admin endpoint's action).
+func (r *Runner) Drain(ctx context.Context) error {
+	if r.mgr == nil {
+		return errors.New("runner: not running")
+	}
+	r.setDraining()
+	return r.mgr.Drain(ctx)
+}
+
+func (r *Runner) setDraining() {
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+}
+
+func (r *Runner) closeHost() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Sharding.InterruptTimeout.Std()+time.Second)
+	defer cancel()
+	if err := r.host.Close(ctx); err != nil {
+		r.log.Warn("entity host did not stop in time", "err", err)
+	}
+}
+
+// connect dials etcd and S3 and checks the bucket.
+func (r *Runner) connect(ctx context.Context) error {
+	tlsCfg, err := EtcdTLS(r.cfg.Etcd)
+	if err != nil {
+		return err
+	}
+	r.rs, err = etcd.Dial(ctx, etcd.DialConfig{
+		Endpoints:   r.cfg.Etcd.Endpoints,
+		DialTimeout: r.cfg.Etcd.DialTimeout.Std(),
+		TLS:         tlsCfg,
+		Username:    r.cfg.Etcd.Username,
+		Password:    r.cfg.Etcd.Password,
+	}, etcd.WithPrefix(EtcdPrefix(r.cfg.Cluster)), etcd.WithRequestTimeout(r.cfg.Etcd.RequestTimeout.Std()),
+		etcd.WithKeepAliveInterval(r.cfg.Lease.KeepAliveInterval.Std()), etcd.WithKeepAliveTimeout(r.cfg.Lease.KeepAliveTimeout.Std()),
+		etcd.WithLogger(r.log))
+	if err != nil {
+		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
+	}
+	r.obj, err = OpenObjectStore(ctx, r.cfg, s3store.WithObserver(s3store.MetricsObserver(r.reg)))
+	if err != nil {
+		r.rs.Close()
+		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
+	}
+	r.tasks = task.NewStore(r.obj, task.WithMaxInputSize(r.cfg.Entity.MaxInputSize), task.WithLogger(r.log))
+	return nil
+}
+
+func (r *Runner) closeStores() {
+	if r.rs != nil {
+		r.rs.Close()
+	}
+}
+
+// EtcdPrefix is a cluster's etcd key prefix.
+func EtcdPrefix(cluster string) string { return "/tenure/" + cluster + "/" }
+
+// S3Prefix is a cluster's default S3 key prefix.
+func S3Prefix(cfg Config) string {
+	if cfg.S3.Prefix != "" {
+		return cfg.S3.Prefix
+	}
+	return "tenure/" + cfg.Cluster + "/"
+}
+
+// OpenObjectStore connects to the configured S3 bucket and checks it
+// (credentials, bucket, reachability) with one bounded request.
+func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
+	cc := s3store.DefaultClientConfig()
+	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
+	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
+	client, err := s3store.NewClient(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]s3store.Option{s3store.WithPrefix(S3Prefix(cfg)), s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std())}, opts...)
+	obj, err := s3store.New(client, cfg.S3.Bucket, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := obj.Check(ctx); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// EtcdTLS builds the TLS config of an etcd connection: nil for plain
+// connections; the system roots for https:// endpoints without a CA file.
+func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
+	https := slices.ContainsFunc(c.Endpoints, func(e string) bool { return strings.HasPrefix(e, "https://") })
+	if c.CAFile == "" && c.CertFile == "" && !https {
+		return nil, nil
+	}
+	t := &tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd.ca_file: %w", ErrInvalidConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: etcd.ca_file %s: no PEM certificate in it", ErrInvalidConfig, c.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd.cert_file/key_file: %w", ErrInvalidConfig, err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+func sortedGroups(gs []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(gs)))
+}

@@ -1,0 +1,254 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/storage/etcd"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// testCluster is a cluster name and storage for in-process runners.
+type testCluster struct {
+	t       *testing.T
+	cluster string
+	srv     *testenv.Etcd
+	s3      *testenv.S3
+	bucket  string
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	s3 := testenv.SharedS3(t)
+	return &testCluster{t: t, cluster: testenv.Name(t, 40), srv: testenv.SharedEtcd(t), s3: s3, bucket: s3.Bucket(t)}
+}
+
+// config returns a runner config for the cluster, with fast timings; etcd
+// is reached through a proxy the caller can cut.
+func (c *testCluster) config(id string) (Config, *testenv.Proxy) {
+	u, err := url.Parse(c.srv.Endpoint())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	p := testenv.NewProxy(c.t, u.Host)
+	ak, sk := c.s3.Credentials()
+	overrides := []string{
+		"cluster=" + c.cluster, "runner_id=" + id, "shards=8", "admin_addr=127.0.0.1:0",
+		"etcd.endpoints=http://" + p.Addr(), "etcd.request_timeout=1s",
+		"s3.endpoint=" + c.s3.Endpoint(), "s3.bucket=" + c.bucket, "s3.path_style=true",
+		"s3.access_key=" + ak, "s3.secret_key=" + sk,
+		"lease.ttl=2s", "detachment.recover_window=500ms", "sharding.rebalance_debounce=50ms",
+		"sharding.rebalance_interval=2s", "sharding.interrupt_timeout=2s", "entity.task_lease=3s",
+		"drain_timeout=10s", "log.level=warn",
+	}
+	cfg, err := Load("", nil, overrides)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cfg, p
+}
+
+type running struct {
+	r      *Runner
+	proxy  *testenv.Proxy
+	cancel context.CancelFunc
+	done   chan error
+	starts int
+}
+
+func (c *testCluster) start(id string, opts ...Option) *running {
+	cfg, p := c.config(id)
+	opts = append([]Option{WithTypes(func(h *entity.Host) error {
+		return h.RegisterFunc("echo", func(_ context.Context, t *task.Task) (json.RawMessage, error) { return t.Input, nil })
+	})}, opts...)
+	r, err := New(cfg, opts...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &running{r: r, proxy: p, cancel: cancel, done: make(chan error, 1)}
+	go func() { x.done <- r.Run(ctx) }()
+	c.t.Cleanup(func() { x.stop(c.t) })
+	waitFor(c.t, "admin server of "+id, 10*time.Second, func() bool { return r.AdminAddr() != "" })
+	return x
+}
+
+func (x *running) stop(t *testing.T) {
+	if x.cancel == nil {
+		return
+	}
+	x.cancel()
+	x.cancel = nil
+	select {
+	case err := <-x.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("runner did not stop")
+	}
+}
+
+func (x *running) get(t *testing.T, path string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get("http://" + x.r.AdminAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (x *running) status(t *testing.T) Status {
+	t.Helper()
+	code, b := x.get(t, "/debug/status")
+	var st Status
+	if code != 200 || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("/debug/status: %d %s", code, b)
+	}
+	return st
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunnerServesAndRuns: a runner registers, owns every shard, serves its
+// admin endpoints and runs a task; cancelling Run stops it cleanly.
+func TestRunnerServesAndRuns(t *testing.T) {
+	c := newTestCluster(t)
+	x := c.start("solo")
+	waitFor(t, "ready", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
+	waitFor(t, "every shard owned", 10*time.Second, func() bool { return x.status(t).Owned == 8 })
+	st := x.status(t)
+	if !st.Attached || st.Owned != 8 || st.Mode != "enforce" || st.Types[0] != "echo" || st.LeaseDeadlineLag <= 0 {
+		t.Fatalf("status %+v", st)
+	}
+	if code, b := x.get(t, "/metrics"); code != 200 || !contains(string(b), "tenure_sharding_owned_shards 8") || !contains(string(b), "tenure_runner_config_version") {
+		t.Fatalf("/metrics: %d", code)
+	}
+	// A client submits; the runner runs it.
+	cfg := x.r.Config()
+	obj, err := OpenObjectStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := etcd.New(c.srv.Client(t), etcd.WithPrefix(EtcdPrefix(cfg.Cluster)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	client, err := task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: 8, Waker: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tk, _, err := client.Submit(ctx, task.SubmitRequest{Type: "echo", Input: json.RawMessage(`{"x":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := client.Wait(ctx, tk.Ref(), 20*time.Millisecond)
+	if err != nil || done.Status != task.Completed || string(done.Result) != `{"x":1}` {
+		t.Fatalf("task: %+v %v", done, err)
+	}
+	x.stop(t)
+	// After a graceful stop the lease is revoked: no runner, no locks.
+	runners, _, err := rs.Runners(ctx)
+	locks, _, _ := rs.ShardLocks(ctx)
+	if err != nil || len(runners) != 0 || len(locks) != 0 {
+		t.Fatalf("after stop: %d runners, %d locks, %v", len(runners), len(locks), err)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestReadyzFollowsAttachment: /readyz is 503 while the runner is detached
+// (cut off from etcd) and 200 once it is attached again.
+func TestReadyzFollowsAttachment(t *testing.T) {
+	c := newTestCluster(t)
+	x := c.start("cut")
+	waitFor(t, "ready", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
+	x.proxy.SetMode(testenv.Blackhole)
+	waitFor(t, "/readyz 503", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 503 })
+	if st := x.status(t); st.Attached || st.DetachReason == "" || st.Owned != 0 {
+		t.Fatalf("detached status %+v", st)
+	}
+	x.proxy.SetMode(testenv.Pass)
+	waitFor(t, "/readyz 200 again", 20*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
+}
+
+// TestStagedRollout: a dynamic config change rolled out to 50% reaches
+// exactly the runners under the hash cut, live, without restarts; an
+// invalid document is ignored and the last good config kept.
+func TestStagedRollout(t *testing.T) {
+	c := newTestCluster(t)
+	var xs []*running
+	for i := 0; i < 6; i++ {
+		xs = append(xs, c.start(fmt.Sprintf("roll-%d", i)))
+	}
+	rs, err := etcd.New(c.srv.Client(t), etcd.WithPrefix(EtcdPrefix(c.cluster)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	doc := DynamicDoc{}.Change(map[string]string{"detachment.mode": "observe"}, 50, "test", time.Now())
+	raw, _ := json.Marshal(doc)
+	if _, err := rs.PutConfig(ctx, raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	started := map[string]string{}
+	for _, x := range xs {
+		started[x.r.cfg.RunnerID] = x.status(t).StartedAt
+	}
+	under := 0
+	for _, x := range xs {
+		id := x.r.cfg.RunnerID
+		want := "enforce"
+		if RolloutBucket(id) < 50 {
+			want = "observe"
+			under++
+		}
+		waitFor(t, id+" in "+want, 10*time.Second, func() bool {
+			st := x.status(t)
+			return st.ConfigVersion == 1 && st.Mode == want && st.ConfigCanary == (want == "observe")
+		})
+	}
+	t.Logf("%d of %d runners under the 50%% cut", under, len(xs))
+	// An invalid document (a margin beyond the TTL) is ignored.
+	bad := doc.Change(map[string]string{"detachment.margin": "5s"}, 100, "test", time.Now())
+	raw, _ = json.Marshal(bad)
+	cur, _ := rs.Config(ctx)
+	if _, err := rs.PutConfig(ctx, raw, cur.Revision); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range xs {
+		waitFor(t, "the invalid document to be rejected", 10*time.Second, func() bool {
+			st := x.status(t)
+			return st.ConfigError != "" && st.ConfigVersion == 1
+		})
+		if st := x.status(t); st.StartedAt != started[x.r.cfg.RunnerID] || !st.Registered {
+			t.Fatalf("%s restarted or deregistered: %+v", x.r.cfg.RunnerID, st)
+		}
+	}
+}
