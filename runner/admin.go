@@ -58,13 +58,14 @@ func (r *Runner) Status() Status {
 	if st.Draining {
 		st.Weight = 0
 	}
-	if r.host != nil {
-		st.Types = r.host.Types()
+	mgr, host := r.parts()
+	if host != nil {
+		st.Types = host.Types()
 	}
-	if r.mgr == nil {
+	if mgr == nil {
 		return st
 	}
-	ms := r.mgr.Status()
+	ms := mgr.Status()
 	st.Attached = ms.Attached
 	st.Mode = string(ms.Detachment.Mode)
 	if !ms.Attached {
@@ -118,7 +119,7 @@ func (r *Runner) Handler() http.Handler {
 		enc.Encode(r.Status())
 	})
 	mux.HandleFunc("POST /admin/drain", func(w http.ResponseWriter, _ *http.Request) {
-		if r.mgr == nil {
+		if mgr, _ := r.parts(); mgr == nil {
 			http.Error(w, "not running", http.StatusServiceUnavailable)
 			return
 		}

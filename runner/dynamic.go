@@ -70,7 +70,8 @@ func (r *Runner) applyDynamic(raw []byte, revision int64) {
 		r.rejectDynamic(revision, err)
 		return
 	}
-	if err := r.mgr.Machine().SetConfig(det); err != nil {
+	mgr, _ := r.parts()
+	if err := mgr.Machine().SetConfig(det); err != nil {
 		r.rejectDynamic(revision, err)
 		return
 	}

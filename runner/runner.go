@@ -160,11 +160,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("runner %s: cluster %q: %w", r.cfg.RunnerID, r.cfg.Cluster, err)
 	}
 
-	r.host, err = entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(),
+	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(),
 		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer))
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.host = host
+	r.mu.Unlock()
 	for _, register := range r.registerTypes {
 		if err := register(r.host); err != nil {
 			return fmt.Errorf("runner %s: registering types: %w", r.cfg.RunnerID, err)
@@ -178,11 +181,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		ID: r.cfg.RunnerID, Addr: r.advertise(), Weight: r.cfg.Weight,
 		Groups: r.cfg.Groups, Version: Version, StartedAt: r.started.UTC(),
 	}
-	r.mgr, err = sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
+	mgr, err := sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
 		sharding.WithHandler(r.host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.mgr = mgr
+	r.mu.Unlock()
 	r.registerInfo()
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -245,11 +251,19 @@ func (r *Runner) advertise() string {
 // Drain hands the runner's shards over and keeps it running with weight 0
 // (the admin endpoint's action).
 func (r *Runner) Drain(ctx context.Context) error {
-	if r.mgr == nil {
+	mgr, _ := r.parts()
+	if mgr == nil {
 		return errors.New("runner: not running")
 	}
 	r.setDraining()
-	return r.mgr.Drain(ctx)
+	return mgr.Drain(ctx)
+}
+
+// parts returns the manager and host once Run has made them (nil before).
+func (r *Runner) parts() (*sharding.Manager, *entity.Host) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mgr, r.host
 }
 
 func (r *Runner) setDraining() {

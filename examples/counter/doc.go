@@ -1,0 +1,21 @@
+// Command counter embeds a Tenure runner in a Go service.
+//
+// The service registers a stateful entity type, "counter": one in-memory
+// instance per counter id, created on the id's first task and handling its
+// tasks one at a time, in submission order. A task {"add": N} adds N to the
+// count and returns the new total. The service also serves a small HTTP API
+// of its own, POST /counters/{id}/add?n=N, which submits such a task with a
+// task.Client, waits for its result and returns the total.
+//
+// It reads the runner configuration as `tenure run` does (a YAML file, by
+// default ./.tenure-dev/tenure.yaml as `tenure dev` writes it, then
+// TENURE_* environment variables, then flags), so it joins the cluster that
+// `tenure dev --runners 0` starts. SIGTERM or Ctrl-C stops it gracefully:
+// the HTTP server first, then the runner, which hands its shards over before
+// it revokes its lease. A second signal exits at once.
+//
+// The count lives in memory on purpose: an instance is passivated after
+// entity.max_idle without work and stopped when its shard moves, and its
+// count goes with it. Durable state belongs in the task results or in the
+// service's own store; see README.md.
+package main
