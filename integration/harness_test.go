@@ -317,6 +317,33 @@ func (c *cluster) waitAllOwned(ids []string, within time.Duration) map[storage.S
 	return own
 }
 
+// waitSettled waits until every runner answers, is attached, owns at least
+// minOwned shards and owns exactly what it is assigned, with nothing
+// pending.
+func (c *cluster) waitSettled(rs []*runnerProc, minOwned int, within time.Duration) {
+	c.t.Helper()
+	settled := func() bool {
+		for _, r := range rs {
+			st, err := r.status()
+			if err != nil || !st.Attached || st.Pending != 0 || st.Owned < minOwned || st.Owned != st.Assigned {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(within)
+	for !settled() {
+		if time.Now().After(deadline) {
+			for _, r := range rs {
+				st, err := r.status()
+				c.t.Logf("%s: %+v %v", r.id, st, err)
+			}
+			c.t.Fatalf("runners not settled after %s", within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 const devShards = 64
 
 func contains(xs []string, x string) bool {

@@ -30,26 +30,7 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 	r3 := c.run("p3", fastRunner...)
 	r2 := c.runners["p2"]
 	c.waitAllOwned([]string{"p1", "p2", "p3"}, 60*time.Second)
-	settled := func() bool {
-		for _, r := range []*runnerProc{r1, r2, r3} {
-			st, err := r.status()
-			if err != nil || !st.Attached || st.Pending != 0 || st.Owned < 16 || st.Owned != st.Assigned {
-				return false
-			}
-		}
-		return true
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !settled() {
-		if time.Now().After(deadline) {
-			for _, r := range []*runnerProc{r1, r2, r3} {
-				st, err := r.status()
-				t.Logf("%s: %+v %v", r.id, st, err)
-			}
-			t.Fatal("no balanced, settled assignment after 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c.waitSettled([]*runnerProc{r1, r2, r3}, 16, 30*time.Second)
 	before := c.owners()
 	var of1 []storage.ShardID
 	for s, r := range before {
@@ -113,9 +94,9 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 // while tasks run, and no task fails.
 func TestDrainCommandLosesNothing(t *testing.T) {
 	c := newCluster(t)
-	c.run("d1", fastRunner...)
-	c.run("d2", fastRunner...)
+	d1, d2 := c.run("d1", fastRunner...), c.run("d2", fastRunner...)
 	c.waitAllOwned([]string{"d1", "d2"}, 60*time.Second)
+	c.waitSettled([]*runnerProc{d1, d2}, 1, 30*time.Second)
 	client := c.taskClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -150,6 +131,7 @@ func TestStagedRolloutCommand(t *testing.T) {
 		rs = append(rs, c.run(fmt.Sprintf("s%d", i), fastRunner...))
 	}
 	c.waitAllOwned([]string{"s0", "s1", "s2", "s3"}, 60*time.Second)
+	c.waitSettled(rs, 1, 30*time.Second)
 	started := map[string]string{}
 	for _, r := range rs {
 		st, err := r.status()
