@@ -120,10 +120,11 @@ func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 		e.start(id, e.standard)
 	}
 	e.waitOwned(15 * time.Second)
+	e.waitSettled(15 * time.Second)
 	start := time.Now()
 	submitted := e.submitMany(500, 10, sleepInput{})
 	t.Logf("submitted 5000 tasks in %s", time.Since(start))
-	waitFor(t, "5000 completions", 5*time.Minute, func() bool { return e.rec.starts.Load() >= 5000 })
+	testenv.WaitFor(t, "5000 completions", 5*time.Minute, func() bool { return e.rec.starts.Load() >= 5000 })
 	t.Logf("5000 tasks ran within %s of the first submission", time.Since(start))
 
 	runs := e.rec.all()
@@ -134,9 +135,12 @@ func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 		}
 		perTask[x.taskID]++
 	}
+	// Delivery is at least once: a run whose commit could not be made
+	// before its shard moved is run again by the next owner. With no fault
+	// and no rebalancing, that should not happen at all.
 	for id, n := range perTask {
 		if n != 1 {
-			t.Fatalf("task %s ran %d times", id, n)
+			t.Errorf("task %s ran %d times", id, n)
 		}
 	}
 	checkEntityOrder(t, runs, submitted)
@@ -192,7 +196,7 @@ func TestKillRunnerMidRun(t *testing.T) {
 		defer close(submittedc)
 		submitted = e.submitMany(60, 6, sleepInput{MS: 300})
 	}()
-	waitFor(t, "a third of the tasks started", time.Minute, func() bool { return e.rec.starts.Load() >= 120 })
+	testenv.WaitFor(t, "a third of the tasks started", time.Minute, func() bool { return e.rec.starts.Load() >= 120 })
 	killedAt := time.Now()
 	running := map[string]int{}
 	for _, x := range e.rec.all() {
@@ -206,7 +210,7 @@ func TestKillRunnerMidRun(t *testing.T) {
 	<-submittedc
 
 	var all []*task.Task
-	waitFor(t, "every task finished", 3*time.Minute, func() bool {
+	testenv.WaitFor(t, "every task finished", 3*time.Minute, func() bool {
 		all = e.allTasks()
 		for _, tk := range all {
 			if tk.Status != task.Completed {
@@ -283,7 +287,7 @@ func TestDetachFencesZombie(t *testing.T) {
 	e.waitOwned(10 * time.Second)
 	e.start("heir", e.standard)
 	tk := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true}), MaxAttempts: 5})
-	waitFor(t, "the task to run on the first runner", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "the task to run on the first runner", 10*time.Second, func() bool {
 		runs := e.rec.all()
 		return len(runs) == 1 && runs[0].runner == "zombie"
 	})
@@ -293,14 +297,14 @@ func TestDetachFencesZombie(t *testing.T) {
 		t.Fatalf("load running task: %+v %v", stale, err)
 	}
 	a.proxy.SetMode(testenv.Blackhole)
-	waitFor(t, "the partitioned runner to detach", 10*time.Second, func() bool { return len(a.detaches()) > 0 })
+	testenv.WaitFor(t, "the partitioned runner to detach", 10*time.Second, func() bool { return len(a.detaches()) > 0 })
 	det := a.detaches()[0]
 	first := e.rec.all()[0]
 	if first.cancelledAt.IsZero() || first.cancelledAt.After(det.Deadline.Add(-e.scfg.Detachment.DetachMargin)) {
 		t.Fatalf("handler cancelled at %v; the lease deadline minus margin was %v", first.cancelledAt, det.Deadline.Add(-e.scfg.Detachment.DetachMargin))
 	}
 	// The heir takes the shard once the lease expires, and the task over.
-	waitFor(t, "the heir to run the task", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "the heir to run the task", 20*time.Second, func() bool {
 		for _, x := range e.rec.all() {
 			if x.runner == "heir" {
 				return true
@@ -338,7 +342,7 @@ func TestPlannedHandoffRequeues(t *testing.T) {
 	d := e.start("drainer", e.standard)
 	e.waitOwned(10 * time.Second)
 	heir := e.start("heir", e.standard)
-	waitFor(t, "the shards to spread", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "the shards to spread", 10*time.Second, func() bool {
 		a, b := len(d.mgr.Owned()), len(heir.mgr.Owned())
 		return a >= 1 && b >= 1 && a+b == 4
 	})
@@ -346,7 +350,7 @@ func TestPlannedHandoffRequeues(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		refs = append(refs, e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{MS: 3000})}).Ref())
 	}
-	waitFor(t, "tasks running on the drainer", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "tasks running on the drainer", 10*time.Second, func() bool {
 		for _, x := range e.rec.all() {
 			if x.runner == "drainer" {
 				return true

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // completed sums the completed-task counter over the env's runners.
@@ -29,7 +31,7 @@ func TestHappyPathS3Cost(t *testing.T) {
 	e.start("solo", e.standard)
 	e.waitOwned(10 * time.Second)
 	// Let the initial listings (one per acquired shard) finish.
-	waitFor(t, "initial reconciliation", 10*time.Second, func() bool { return e.ops.snapshot()["list"] >= 2 })
+	testenv.WaitFor(t, "initial reconciliation", 10*time.Second, func() bool { return e.ops.snapshot()["list"] >= 2 })
 	before := e.ops.snapshot()
 	const n = 40
 	for i := 0; i < n; i++ {
@@ -39,9 +41,9 @@ func TestHappyPathS3Cost(t *testing.T) {
 		}
 		e.submit(req)
 	}
-	waitFor(t, "completions", 30*time.Second, func() bool { return e.completed() >= n })
+	testenv.WaitFor(t, "completions", 30*time.Second, func() bool { return e.completed() >= n })
 	// Pointer deletes follow the commit: give them a moment to be counted.
-	waitFor(t, "pointer deletes", 5*time.Second, func() bool { return e.ops.snapshot()["delete"]-before["delete"] >= n })
+	testenv.WaitFor(t, "pointer deletes", 5*time.Second, func() bool { return e.ops.snapshot()["delete"]-before["delete"] >= n })
 	after := e.ops.snapshot()
 	per := map[string]float64{}
 	for op, c := range after {

@@ -216,10 +216,27 @@ func (e *env) members() []*node {
 	return out
 }
 
+// waitSettled waits until the running members own every shard between them
+// exactly as assigned, with nothing pending: no handoff is under way.
+func (e *env) waitSettled(within time.Duration) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, "a settled assignment", within, func() bool {
+		n := 0
+		for _, m := range e.members() {
+			st := m.mgr.Status()
+			if !st.Attached || len(st.Pending) != 0 || len(st.Owned) != len(st.Assigned) {
+				return false
+			}
+			n += len(st.Owned)
+		}
+		return n == e.meta.Shards
+	})
+}
+
 // waitOwned waits until the running members own every shard between them.
 func (e *env) waitOwned(within time.Duration) {
 	e.t.Helper()
-	waitFor(e.t, "every shard owned", within, func() bool {
+	testenv.WaitFor(e.t, "every shard owned", within, func() bool {
 		n := 0
 		for _, m := range e.members() {
 			st := m.mgr.Status()
@@ -230,17 +247,6 @@ func (e *env) waitOwned(within time.Duration) {
 		}
 		return n == e.meta.Shards
 	})
-}
-
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // TestRetriesHonourAvailableAt: failed attempts are retried with backoff,
@@ -106,7 +108,7 @@ func TestCancelRunning(t *testing.T) {
 	e.start("solo", e.standard)
 	e.waitOwned(10 * time.Second)
 	tk := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true})})
-	waitFor(t, "the handler to start", 10*time.Second, func() bool { return e.rec.starts.Load() == 1 })
+	testenv.WaitFor(t, "the handler to start", 10*time.Second, func() bool { return e.rec.starts.Load() == 1 })
 	asked := time.Now()
 	if _, err := e.client.Cancel(ctxFor(t, 10*time.Second), tk.Ref()); err != nil {
 		t.Fatal(err)
@@ -152,7 +154,7 @@ func TestBadTasksDoNotStopTheShard(t *testing.T) {
 	if got := e.final(after.Ref(), 20*time.Second); got.Status != task.Completed {
 		t.Fatalf("a task behind the bad ones: %s", got.Status)
 	}
-	waitFor(t, "the corrupt task to be failed", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "the corrupt task to be failed", 20*time.Second, func() bool {
 		got, err := e.client.Get(ctx, task.Ref(good.Shard, badID))
 		return err == nil && got.Status == task.Failed
 	})
@@ -241,7 +243,7 @@ func TestEntityKeepsStateAndPassivatesWhenIdle(t *testing.T) {
 	if starts.Load() != 1 {
 		t.Fatalf("OnStart ran %d times for one instance", starts.Load())
 	}
-	waitFor(t, "idle passivation", 5*time.Second, func() bool {
+	testenv.WaitFor(t, "idle passivation", 5*time.Second, func() bool {
 		r := stopsOf(stopped, "a")
 		return len(r) == 1 && r[0] == StopIdle
 	})
@@ -258,7 +260,7 @@ func TestEntityEvictionLRU(t *testing.T) {
 	for _, id := range []string{"x", "y", "z"} {
 		e.final(e.submit(task.SubmitRequest{Type: "life", Entity: id}).Ref(), 10*time.Second)
 	}
-	waitFor(t, "eviction of x", 5*time.Second, func() bool {
+	testenv.WaitFor(t, "eviction of x", 5*time.Second, func() bool {
 		r := stopsOf(stopped, "x")
 		return len(r) == 1 && r[0] == StopEvicted
 	})

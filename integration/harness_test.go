@@ -214,7 +214,7 @@ func newCluster(t testing.TB) *cluster {
 	c := &cluster{t: t, dir: dir, cfgPath: filepath.Join(dir, "tenure.yaml"), etcdEP: "http://" + etcdAddr, shards: devShards, runners: map[string]*runnerProc{}}
 	c.infra = start(t, "tenure dev", "dev", "--runners", "0", "--data", filepath.Join(dir, "data"),
 		"--config-out", c.cfgPath, "--etcd-addr", etcdAddr, "--etcd-peer-addr", peer, "--s3-addr", s3Addr)
-	waitFor(t, "the dev config file", 60*time.Second, func() bool {
+	testenv.WaitFor(t, "the dev config file", 60*time.Second, func() bool {
 		_, err := os.Stat(c.cfgPath)
 		return err == nil || c.infra.exited()
 	})
@@ -302,7 +302,7 @@ func (c *cluster) owners() map[storage.ShardID]string {
 func (c *cluster) waitAllOwned(ids []string, within time.Duration) map[storage.ShardID]string {
 	c.t.Helper()
 	var own map[storage.ShardID]string
-	waitFor(c.t, fmt.Sprintf("all %d shards owned by %v", c.shards, ids), within, func() bool {
+	testenv.WaitFor(c.t, fmt.Sprintf("all %d shards owned by %v", c.shards, ids), within, func() bool {
 		own = c.owners()
 		if len(own) != c.shards {
 			return false
@@ -353,17 +353,6 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
-}
-
-func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // taskClient connects a task client to the cluster's S3 and etcd.

@@ -12,6 +12,8 @@ import (
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
+
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // Fast timings for the runner processes: a 3s lease.
@@ -45,7 +47,7 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 	signalled := time.Now()
 	r1.signal(t, syscall.SIGTERM)
 	var movedIn time.Duration
-	waitFor(t, "p1's shards owned by p2 and p3", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "p1's shards owned by p2 and p3", 10*time.Second, func() bool {
 		own := c.owners()
 		for _, s := range of1 {
 			if o := own[s]; o != "p2" && o != "p3" {
@@ -74,7 +76,7 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 	r3.signal(t, syscall.SIGKILL)
 	r3.wait(t, 10*time.Second)
 	var failover time.Duration
-	waitFor(t, "p3's shards re-owned by p2", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "p3's shards re-owned by p2", 20*time.Second, func() bool {
 		o := c.owners()
 		for _, s := range of3 {
 			if o[s] != "p2" {
@@ -147,7 +149,7 @@ func TestStagedRolloutCommand(t *testing.T) {
 		if runner.RolloutBucket(r.id) < 50 {
 			want = "observe"
 		}
-		waitFor(t, r.id+" running "+want, 10*time.Second, func() bool {
+		testenv.WaitFor(t, r.id+" running "+want, 10*time.Second, func() bool {
 			st, err := r.status()
 			return err == nil && st.Mode == want && st.ConfigVersion == 1
 		})

@@ -282,19 +282,9 @@ func (r *Runner) closeHost() {
 
 // connect dials etcd and S3 and checks the bucket.
 func (r *Runner) connect(ctx context.Context) error {
-	tlsCfg, err := EtcdTLS(r.cfg.Etcd)
-	if err != nil {
-		return err
-	}
-	r.rs, err = etcd.Dial(ctx, etcd.DialConfig{
-		Endpoints:   r.cfg.Etcd.Endpoints,
-		DialTimeout: r.cfg.Etcd.DialTimeout.Std(),
-		TLS:         tlsCfg,
-		Username:    r.cfg.Etcd.Username,
-		Password:    r.cfg.Etcd.Password,
-	}, etcd.WithPrefix(EtcdPrefix(r.cfg.Cluster)), etcd.WithRequestTimeout(r.cfg.Etcd.RequestTimeout.Std()),
-		etcd.WithKeepAliveInterval(r.cfg.Lease.KeepAliveInterval.Std()), etcd.WithKeepAliveTimeout(r.cfg.Lease.KeepAliveTimeout.Std()),
-		etcd.WithLogger(r.log))
+	var err error
+	r.rs, err = DialEtcd(ctx, r.cfg, etcd.WithKeepAliveInterval(r.cfg.Lease.KeepAliveInterval.Std()),
+		etcd.WithKeepAliveTimeout(r.cfg.Lease.KeepAliveTimeout.Std()), etcd.WithLogger(r.log))
 	if err != nil {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
 	}
@@ -324,9 +314,27 @@ func S3Prefix(cfg Config) string {
 	return "tenure/" + cfg.Cluster + "/"
 }
 
-// OpenObjectStore connects to the configured S3 bucket and checks it
-// (credentials, bucket, reachability) with one bounded request.
-func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
+// DialEtcd connects to the configured etcd (TLS, auth, dial timeout) and
+// returns a store on the cluster's prefix with the configured request
+// timeout; opts add to those.
+func DialEtcd(ctx context.Context, cfg Config, opts ...etcd.Option) (*etcd.Store, error) {
+	tlsCfg, err := EtcdTLS(cfg.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]etcd.Option{etcd.WithPrefix(EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std())}, opts...)
+	return etcd.Dial(ctx, etcd.DialConfig{
+		Endpoints:   cfg.Etcd.Endpoints,
+		DialTimeout: cfg.Etcd.DialTimeout.Std(),
+		TLS:         tlsCfg,
+		Username:    cfg.Etcd.Username,
+		Password:    cfg.Etcd.Password,
+	}, opts...)
+}
+
+// NewObjectStore returns a store on the configured S3 bucket and prefix; it
+// makes no request.
+func NewObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
 	cc := s3store.DefaultClientConfig()
 	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
 	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
@@ -335,7 +343,13 @@ func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*
 		return nil, err
 	}
 	opts = append([]s3store.Option{s3store.WithPrefix(S3Prefix(cfg)), s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std())}, opts...)
-	obj, err := s3store.New(client, cfg.S3.Bucket, opts...)
+	return s3store.New(client, cfg.S3.Bucket, opts...)
+}
+
+// OpenObjectStore is NewObjectStore followed by a check of the bucket
+// (credentials, existence, reachability) with one bounded request.
+func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
+	obj, err := NewObjectStore(ctx, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,7 @@ func (c *testCluster) start(id string, opts ...Option) *running {
 	x := &running{r: r, proxy: p, cancel: cancel, done: make(chan error, 1)}
 	go func() { x.done <- r.Run(ctx) }()
 	c.t.Cleanup(func() { x.stop(c.t) })
-	waitFor(c.t, "admin server of "+id, 10*time.Second, func() bool { return r.AdminAddr() != "" })
+	testenv.WaitFor(c.t, "admin server of "+id, 10*time.Second, func() bool { return r.AdminAddr() != "" })
 	return x
 }
 
@@ -120,24 +120,13 @@ func (x *running) status(t *testing.T) Status {
 	return st
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestRunnerServesAndRuns: a runner registers, owns every shard, serves its
 // admin endpoints and runs a task; cancelling Run stops it cleanly.
 func TestRunnerServesAndRuns(t *testing.T) {
 	c := newTestCluster(t)
 	x := c.start("solo")
-	waitFor(t, "ready", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
-	waitFor(t, "every shard owned", 10*time.Second, func() bool { return x.status(t).Owned == 8 })
+	testenv.WaitFor(t, "ready", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
+	testenv.WaitFor(t, "every shard owned", 10*time.Second, func() bool { return x.status(t).Owned == 8 })
 	st := x.status(t)
 	if !st.Attached || st.Owned != 8 || st.Mode != "enforce" || st.Types[0] != "echo" || st.LeaseDeadlineLag <= 0 {
 		t.Fatalf("status %+v", st)
@@ -186,14 +175,14 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 func TestReadyzFollowsAttachment(t *testing.T) {
 	c := newTestCluster(t)
 	x := c.start("cut")
-	waitFor(t, "ready", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
+	testenv.WaitFor(t, "ready", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
 	x.proxy.SetMode(testenv.Blackhole)
-	waitFor(t, "/readyz 503", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 503 })
+	testenv.WaitFor(t, "/readyz 503", 10*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 503 })
 	if st := x.status(t); st.Attached || st.DetachReason == "" || st.Owned != 0 {
 		t.Fatalf("detached status %+v", st)
 	}
 	x.proxy.SetMode(testenv.Pass)
-	waitFor(t, "/readyz 200 again", 20*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
+	testenv.WaitFor(t, "/readyz 200 again", 20*time.Second, func() bool { code, _ := x.get(t, "/readyz"); return code == 200 })
 }
 
 // TestStagedRollout: a dynamic config change rolled out to 50% reaches
@@ -229,7 +218,7 @@ func TestStagedRollout(t *testing.T) {
 			want = "observe"
 			under++
 		}
-		waitFor(t, id+" in "+want, 10*time.Second, func() bool {
+		testenv.WaitFor(t, id+" in "+want, 10*time.Second, func() bool {
 			st := x.status(t)
 			return st.ConfigVersion == 1 && st.Mode == want && st.ConfigCanary == (want == "observe")
 		})
@@ -243,7 +232,7 @@ func TestStagedRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range xs {
-		waitFor(t, "the invalid document to be rejected", 10*time.Second, func() bool {
+		testenv.WaitFor(t, "the invalid document to be rejected", 10*time.Second, func() bool {
 			st := x.status(t)
 			return st.ConfigError != "" && st.ConfigVersion == 1
 		})

@@ -11,6 +11,8 @@ import (
 
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/storage"
+
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // faultyStore wraps a real runner store and, while failing, answers the
@@ -120,7 +122,7 @@ func TestStorageErrorsDetach(t *testing.T) {
 
 	failFrom := time.Now()
 	fs.setFailing(true)
-	waitFor(t, "storage-error detachment", 5*time.Second, func() bool {
+	testenv.WaitFor(t, "storage-error detachment", 5*time.Second, func() bool {
 		return len(r.transitionsOf(detachment.Detached)) == 1
 	})
 	det := r.transitionsOf(detachment.Detached)[0]
@@ -142,7 +144,7 @@ func TestStorageErrorsDetach(t *testing.T) {
 		}
 	}
 	fs.setFailing(false)
-	waitFor(t, "re-attachment", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "re-attachment", 10*time.Second, func() bool {
 		return len(r.transitionsOf(detachment.Attached)) == 2
 	})
 	att := r.transitionsOf(detachment.Attached)[1]

@@ -141,7 +141,7 @@ func TestPartition(t *testing.T) {
 
 	rest := []*testRunner{c.runners["b"], c.runners["c"]}
 	// b and c take a's shards once its lease has expired in etcd.
-	waitFor(t, "b and c to own a's shards", 10*cfg.LeaseTTL, func() bool {
+	testenv.WaitFor(t, "b and c to own a's shards", 10*cfg.LeaseTTL, func() bool {
 		own, _ := c.ownership(rest)
 		for _, s := range shardsOfA {
 			if own[s] == "" {
@@ -177,18 +177,6 @@ func TestPartition(t *testing.T) {
 	c.ledger.checkNoOverlap(t)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestLockLossInterruptsAtOnce: a lock deleted behind the owner's back
 // interrupts the shard through the watch, and the owner takes it back under
 // a new epoch.
@@ -212,7 +200,7 @@ func TestLockLossInterruptsAtOnce(t *testing.T) {
 		t.Fatalf("cause %v, want LossLockLost", context.Cause(o.Ctx))
 	}
 	t.Logf("interrupted %s after the delete", time.Since(deletedAt))
-	waitFor(t, "re-acquisition", 5*time.Second, func() bool {
+	testenv.WaitFor(t, "re-acquisition", 5*time.Second, func() bool {
 		for _, n := range r.mgr.Owned() {
 			if n.Shard == o.Shard {
 				if n.Epoch <= o.Epoch {
@@ -259,13 +247,13 @@ func TestReacquireWokenByWatch(t *testing.T) {
 	all := []storage.ShardID{{Group: "default", Index: 0}, {Group: "default", Index: 1}}
 	holder := foreignHolder(t, c, all)
 	r := c.start("waiter", 1)
-	waitFor(t, "both shards pending", 10*time.Second, func() bool { return len(r.mgr.Status().Pending) == 2 })
+	testenv.WaitFor(t, "both shards pending", 10*time.Second, func() bool { return len(r.mgr.Status().Pending) == 2 })
 	for _, s := range all {
 		if err := holder.ReleaseShard(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		released := time.Now()
-		waitFor(t, "acquisition of "+s.String(), 5*time.Second, func() bool {
+		testenv.WaitFor(t, "acquisition of "+s.String(), 5*time.Second, func() bool {
 			return slices.ContainsFunc(r.mgr.Owned(), func(o Ownership) bool { return o.Shard == s })
 		})
 		if gap := time.Since(released); gap > 100*time.Millisecond {
@@ -288,7 +276,7 @@ func TestRetryWindowExhausted(t *testing.T) {
 	sh := storage.ShardID{Group: "default", Index: 0}
 	holder := foreignHolder(t, c, []storage.ShardID{sh})
 	r := c.start("retrier", 1)
-	waitFor(t, "window exhaustion", 5*time.Second, func() bool {
+	testenv.WaitFor(t, "window exhaustion", 5*time.Second, func() bool {
 		return testutil.ToFloat64(r.mgr.metrics.retryWindowExhausts) >= 1
 	})
 	if v := testutil.ToFloat64(r.mgr.metrics.acquireRetries); v < 3 {
@@ -297,7 +285,7 @@ func TestRetryWindowExhausted(t *testing.T) {
 	if err := holder.ReleaseShard(context.Background(), sh); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "acquisition after release", 5*time.Second, func() bool { return len(r.mgr.Owned()) == 1 })
+	testenv.WaitFor(t, "acquisition after release", 5*time.Second, func() bool { return len(r.mgr.Owned()) == 1 })
 }
 
 // TestObserveModeNeverInterrupts: in observe mode a partition is reported as
@@ -315,7 +303,7 @@ func TestObserveModeNeverInterrupts(t *testing.T) {
 	c.waitConverged(c.members(), 10*time.Second)
 	owned := r.mgr.Owned()
 	r.proxy.SetMode(testenv.Blackhole)
-	waitFor(t, "would-detach", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "would-detach", 10*time.Second, func() bool {
 		return testutil.ToFloat64(r.mgr.metrics.wouldDetach.WithLabelValues(string(detachment.ReasonKeepAliveFailures))) >= 1
 	})
 	for _, o := range owned {
@@ -351,7 +339,7 @@ func TestDrainHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	drained := time.Since(start)
-	waitFor(t, "heirs to own every shard", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "heirs to own every shard", 10*time.Second, func() bool {
 		own, ok := c.ownership([]*testRunner{c.runners["heir-1"], c.runners["heir-2"]})
 		return ok && len(own) == 32
 	})
@@ -467,7 +455,7 @@ func TestRecoveryBeforeExpiry(t *testing.T) {
 	}
 	cutAt := time.Now()
 	a.proxy.SetMode(testenv.Blackhole)
-	waitFor(t, "detachment", cfg.LeaseTTL, func() bool { return len(a.transitionsOf(detachment.Detached)) == 1 })
+	testenv.WaitFor(t, "detachment", cfg.LeaseTTL, func() bool { return len(a.transitionsOf(detachment.Detached)) == 1 })
 	det := a.transitionsOf(detachment.Detached)[0]
 	if det.At.After(det.Deadline.Add(-cfg.Detachment.DetachMargin)) {
 		t.Fatalf("detached at %v, after deadline %v - margin", det.At, det.Deadline)
@@ -477,7 +465,7 @@ func TestRecoveryBeforeExpiry(t *testing.T) {
 		t.Fatalf("detachment came too late to heal before expiry (deadline %v)", det.Deadline)
 	}
 	a.proxy.SetMode(testenv.Pass)
-	waitFor(t, "re-attachment", 2*cfg.LeaseTTL, func() bool { return len(a.transitionsOf(detachment.Attached)) == 2 })
+	testenv.WaitFor(t, "re-attachment", 2*cfg.LeaseTTL, func() bool { return len(a.transitionsOf(detachment.Attached)) == 2 })
 	att := a.transitionsOf(detachment.Attached)[1]
 	if gap := att.At.Sub(healAt); gap < cfg.Detachment.RecoverWindow {
 		t.Fatalf("re-attached %s after healing, inside the %s recovery window", gap, cfg.Detachment.RecoverWindow)
@@ -540,7 +528,7 @@ func TestDetachWhenLeaderUnreachable(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	waitFor(t, "shards owned", 10*time.Second, func() bool { return len(m.Owned()) == 4 })
+	testenv.WaitFor(t, "shards owned", 10*time.Second, func() bool { return len(m.Owned()) == 4 })
 	lostAt := time.Now()
 	members[1].Close()
 	members[2].Close()
@@ -558,5 +546,31 @@ func TestDetachWhenLeaderUnreachable(t *testing.T) {
 	}
 	if n := len(m.Owned()); n != 0 {
 		t.Fatalf("%d shards owned after detaching", n)
+	}
+}
+
+// TestMetaMismatchRefusesToStart: a runner whose shard count disagrees with
+// the cluster's meta does not take part: Run fails naming the field.
+func TestMetaMismatchRefusesToStart(t *testing.T) {
+	c := newCluster(t, 8, testConfig())
+	st := c.store()
+	if _, err := st.EnsureMeta(context.Background(), c.meta); err != nil {
+		t.Fatal(err)
+	}
+	other := c.meta
+	other.Shards = 16
+	m, err := New(st, storage.RunnerInfo{ID: "odd", Weight: 1}, other, c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = m.Run(ctx)
+	var mm *storage.MetaMismatchError
+	if !errors.As(err, &mm) || mm.Field != "shards" || !strings.Contains(err.Error(), "16") {
+		t.Fatalf("Run with 16 shards in an 8-shard cluster: %v", err)
+	}
+	if runners, _, _ := st.Runners(ctx); len(runners) != 0 {
+		t.Fatalf("the refused runner registered: %+v", runners)
 	}
 }

@@ -119,33 +119,14 @@ func (c *CLI) Connect(ctx context.Context, cfg runner.Config) (*Conn, error) {
 	return &Conn{Config: cfg, Meta: meta, Etcd: rs, Objects: obj, Tasks: tc, Group: group, logger: logger}, nil
 }
 
-// dialEtcd connects to the cluster's etcd only (for the commands that need
-// nothing else).
+// dialEtcd connects to the configured etcd on the cluster's prefix.
 func (c *CLI) dialEtcd(ctx context.Context, cfg runner.Config) (*etcd.Store, error) {
-	tlsCfg, err := runner.EtcdTLS(cfg.Etcd)
-	if err != nil {
-		return nil, err
-	}
-	return etcd.Dial(ctx, etcd.DialConfig{
-		Endpoints:   cfg.Etcd.Endpoints,
-		DialTimeout: cfg.Etcd.DialTimeout.Std(),
-		TLS:         tlsCfg,
-		Username:    cfg.Etcd.Username,
-		Password:    cfg.Etcd.Password,
-	}, etcd.WithPrefix(runner.EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std()))
+	return runner.DialEtcd(ctx, cfg)
 }
 
 // openObjects builds the S3 store; it makes no request.
 func openObjects(ctx context.Context, cfg runner.Config) (*s3store.Store, error) {
-	cc := s3store.DefaultClientConfig()
-	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
-	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
-	client, err := s3store.NewClient(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	return s3store.New(client, cfg.S3.Bucket, s3store.WithPrefix(runner.S3Prefix(cfg)),
-		s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std()))
+	return runner.NewObjectStore(ctx, cfg)
 }
 
 // newFlags returns a command's flag set: errors and usage go to stderr,

@@ -116,14 +116,7 @@ func newService(ctx context.Context, cfg runner.Config, log *slog.Logger, wait t
 	if err != nil {
 		return nil, err
 	}
-	tlsCfg, err := runner.EtcdTLS(cfg.Etcd)
-	if err != nil {
-		return nil, err
-	}
-	wakes, err := etcd.Dial(ctx, etcd.DialConfig{
-		Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeout.Std(), TLS: tlsCfg,
-		Username: cfg.Etcd.Username, Password: cfg.Etcd.Password,
-	}, etcd.WithPrefix(runner.EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std()), etcd.WithLogger(log))
+	wakes, err := runner.DialEtcd(ctx, cfg, etcd.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("task client: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 var (
@@ -55,4 +56,18 @@ func Name(t testing.TB, maxLen int) string {
 		base = strings.Trim(base[:maxLen-len(suffix)], "-")
 	}
 	return base + suffix
+}
+
+// WaitFor polls cond every few milliseconds until it holds, failing the
+// test if it does not within the bound: a condition with a deadline, never a
+// bare sleep.
+func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
