@@ -2,7 +2,9 @@ package etcd_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +55,56 @@ func TestKeepAliveFailsFastWithoutLeader(t *testing.T) {
 			t.Fatal("no keep-alive failure while the member has no leader")
 		}
 	}
+}
+
+// TestWakeWatchEndsCleanlyWithoutLeader: a wake watch broken by a lost
+// leader keeps trying to re-open; cancelling it then ends it cleanly.
+func TestWakeWatchEndsCleanlyWithoutLeader(t *testing.T) {
+	members := testenv.NewEtcdCluster(t, 3)
+	var logs syncBuffer
+	s, err := etcd.New(members[0].Client(t), etcd.WithPrefix(testenv.Prefix(t)), etcd.WithRequestTimeout(300*time.Millisecond),
+		etcd.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := s.WatchWakes(ctx, storage.ShardID{Group: "default", Index: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members[1].Close()
+	members[2].Close()
+	// The watch breaks (no leader) and its re-opening fails for a while:
+	// cancel it then.
+	testenv.WaitFor(t, "the watch to break", 20*time.Second, func() bool {
+		return strings.Contains(logs.String(), "wake watch broken")
+	})
+	cancel()
+	testenv.WaitFor(t, "the wake channel to close", 10*time.Second, func() bool {
+		select {
+		case _, ok := <-ch:
+			return !ok
+		default:
+			return false
+		}
+	})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -50,7 +50,11 @@ func (s *Store) WatchWakes(ctx context.Context, shard storage.ShardID) (<-chan s
 		defer close(out)
 		defer stop()
 		defer cancel()
-		defer func() { wcancel() }()
+		defer func() {
+			if wcancel != nil {
+				wcancel()
+			}
+		}()
 		backoff := s.opts.retryBackoff
 		for {
 			for resp := range wch {
@@ -73,6 +77,7 @@ func (s *Store) WatchWakes(ctx context.Context, shard storage.ShardID) (<-chan s
 			// Re-watch from now, then tell the consumer it may have missed
 			// wake-ups in between.
 			wcancel()
+			wcancel = nil
 			for {
 				wch, wcancel, err = s.openWakeWatch(ctx, key)
 				if err == nil {
