@@ -23,13 +23,15 @@ lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
 
-## bench: storage, assignment and detach/handoff/failover benchmarks
+## bench: go benchmarks (storage, assignment, detach/handoff/failover), then
+## every `tenure bench` scenario as JSON (see BENCHMARKS.md)
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) -count 5 ./storage/...
 	$(GO) test -run '^$$' -bench 'Assign|Reassign' -count 5 ./sharding/
 	$(GO) test -run '^$$' -bench 'DetachLatency' -benchtime 20x ./sharding/
 	$(GO) test -run '^$$' -bench 'PlannedHandoff' -benchtime 2x ./sharding/
 	$(GO) test -run '^$$' -bench 'CrashFailover' -benchtime 5x ./sharding/
+	$(GO) run ./cmd/tenure bench all --json
 
 ## integration: the long soak (every fault kind, 5 runner processes) with its audit summary
 integration:

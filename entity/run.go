@@ -296,6 +296,25 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, app
 	t, etag := a.current()
 	claim := t.Claim
 	for tries := 0; tries < 5; tries++ {
+		if ctx.Err() != nil && ctx == e.ctx {
+			// The shard ended while committing. A planned handoff still
+			// holds the lock: finish the commit in its window.
+			if hctx := e.awaitFate(); hctx != nil {
+				ctx = hctx
+				t, etag = a.current() // undo the applied change
+				if fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID); lerr == nil {
+					t, etag = fresh, fetag
+				}
+				if t.Status.IsTerminal() {
+					// The cancelled write landed after all.
+					e.afterCommit(ctx, it, t)
+					return
+				}
+				if !sameClaim(claim, t.Claim) {
+					break
+				}
+			}
+		}
 		if ctx.Err() != nil {
 			// Detached or the handoff window closed: no write.
 			e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
@@ -332,6 +351,11 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, app
 			t, etag = a.current() // undo the applied change
 			if fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID); lerr == nil {
 				t, etag = fresh, fetag
+			}
+			if t.Status.IsTerminal() {
+				// The write landed though its answer was lost.
+				e.afterCommit(ctx, it, t)
+				return
 			}
 			if !sameClaim(claim, t.Claim) {
 				break

@@ -31,6 +31,7 @@ func commands() []command {
 		{"task", "submit, get, list, cancel, replay and inspect tasks", Task},
 		{"config", "get or set (with staged rollout) the dynamic config", configCommand},
 		{"drain", "move a runner's shards away gracefully", Drain},
+		{"bench", "run benchmark scenarios on a local cluster", Bench},
 		{"version", "print the version", func(_ context.Context, cli *CLI, _ []string) error {
 			fmt.Fprintln(cli.Stdout, "tenure", cli.Version)
 			return nil

@@ -239,11 +239,16 @@ func (t *Task) Key() string { return TaskKey(t.Shard, t.ID) }
 
 // IsDue reports whether a pending task may be claimed at now. A task
 // submitted to run at once (AvailableAt no later than CreatedAt, to the
-// millisecond) is always due: its available_at is the submitter's reading
-// of the S3 clock, which another reader's may trail by the estimate's
-// uncertainty, and it asked for no delay.
+// millisecond) and not yet failed is always due: its available_at is the
+// submitter's reading of the S3 clock, which another reader's may trail by
+// the estimate's uncertainty, and it asked for no delay. A retry's
+// available_at comes from the runner's reading, which may in turn trail the
+// submitter's CreatedAt; it is honoured against now whatever CreatedAt says.
 func (t *Task) IsDue(now time.Time) bool {
-	return !t.AvailableAt.After(ceilMilli(t.CreatedAt)) || !t.AvailableAt.After(now)
+	if t.Attempt == 0 && !t.AvailableAt.After(ceilMilli(t.CreatedAt)) {
+		return true
+	}
+	return !t.AvailableAt.After(now)
 }
 
 // Clone returns a deep copy of t (its configuration included).

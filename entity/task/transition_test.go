@@ -357,6 +357,41 @@ func TestRetrySchedule(t *testing.T) {
 	}
 }
 
+// TestRetryDueDespiteLaterCreatedAt: the runner's reading of the S3 clock
+// may trail the submitter's by the estimates' uncertainty, so a retry's
+// available_at can fall before CreatedAt. It is still honoured: only a task
+// that never ran is due at once by virtue of AvailableAt <= CreatedAt.
+func TestRetryDueDespiteLaterCreatedAt(t *testing.T) {
+	tk := pendingTask()
+	tk.CreatedAt = t0.Add(900 * time.Millisecond) // the submitter's clock ran ahead
+	tk.AvailableAt = tk.CreatedAt
+	tk.SetRand(func() float64 { return 0.5 })
+	if !tk.IsDue(t0) {
+		t.Fatal("a task submitted to run at once is not due on a trailing clock")
+	}
+	tk.Retry.Initial = Duration(200 * time.Millisecond)
+	if err := tk.ClaimFor(t0, runnerA); err != nil {
+		t.Fatal(err)
+	}
+	at, _ := tk.Fail(t0, errors.New("flaky"), false)
+	if !at.Before(tk.CreatedAt) {
+		t.Fatalf("fixture: retry at %s is not before CreatedAt %s", at, tk.CreatedAt)
+	}
+	if err := tk.ClaimFor(at.Add(-time.Millisecond), runnerA); !errors.Is(err, ErrNotDue) {
+		t.Fatalf("claim 1ms before the retry's available_at: %v, want ErrNotDue", err)
+	}
+	if err := tk.ClaimFor(at, runnerA); err != nil {
+		t.Fatalf("claim at the retry's available_at: %v", err)
+	}
+	// A handoff requeue of the retry keeps its available_at: still not due on a clock before it.
+	if err := tk.Requeue(at, "handoff"); err != nil {
+		t.Fatal(err)
+	}
+	if tk.Attempt != 1 || tk.IsDue(t0) {
+		t.Fatalf("after requeue of the second attempt: attempt %d, due at t0 %v", tk.Attempt, tk.IsDue(t0))
+	}
+}
+
 func TestBackoffBounds(t *testing.T) {
 	p := DefaultRetry()
 	r := rand.New(rand.NewPCG(5, 6))

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/bench"
+	"github.com/tenurehq/tenure/internal/testenv"
+)
+
+// benchOutput is what `tenure bench --json` prints.
+type benchOutput struct {
+	Machine struct {
+		CPUs int    `json:"cpus"`
+		Go   string `json:"go"`
+		OS   string `json:"os"`
+		Arch string `json:"arch"`
+	} `json:"machine"`
+	Started   time.Time `json:"started"`
+	Scenarios struct {
+		Failover *bench.HandoverResult `json:"failover"`
+		Handoff  *bench.HandoverResult `json:"handoff"`
+		Detach   *bench.DetachResult   `json:"detach"`
+		Latency  *bench.LatencyResult  `json:"latency"`
+		S3Cost   *bench.S3CostResult   `json:"s3cost"`
+		Assign   *bench.AssignResult   `json:"assign"`
+	} `json:"scenarios"`
+}
+
+// decodeBench decodes stdout, which must hold one JSON object and nothing
+// else.
+func decodeBench(t *testing.T, stdout string) benchOutput {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var out benchOutput
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
+	}
+	if rest, _ := io.ReadAll(dec.Buffered()); strings.TrimSpace(string(rest)) != "" {
+		t.Fatalf("stdout has more than the JSON report: %q", rest)
+	}
+	if out.Machine.CPUs < 1 || out.Machine.Go == "" || out.Machine.OS == "" || out.Started.IsZero() {
+		t.Fatalf("machine or start time missing: %+v", out)
+	}
+	return out
+}
+
+// sharedInfra points the bench at the test binary's shared servers: one
+// embedded S3 gateway may run per process, and the other tests of the
+// package start the shared one.
+func sharedInfra(t *testing.T) *bench.Infra {
+	s3 := testenv.SharedS3(t)
+	ak, sk := s3.Credentials()
+	return &bench.Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
+		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+}
+
+func runBenchCmd(ctx context.Context, t *testing.T, base bench.Options, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cli := &CLI{Stdout: &out, Stderr: &errOut, Version: "test"}
+	err = runBench(ctx, cli, args, base)
+	return out.String(), errOut.String(), err
+}
+
+func TestBenchArgs(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	for _, tc := range []struct {
+		args []string
+		want string
+		is   error
+	}{
+		{nil, "no scenario given", nil},
+		{[]string{"--json"}, "no scenario given", nil},
+		{[]string{"failover", "nope"}, `"nope"`, bench.ErrUnknownScenario},
+		{[]string{"assign", "--trials", "-1"}, "--trials -1", nil},
+		{[]string{"assign", "--trials", "1000"}, "--trials 1000", nil},
+		{[]string{"assign", "--trials", "x"}, "invalid value", nil},
+		{[]string{"--help"}, "", flag.ErrHelp},
+	} {
+		_, stderr, err := runBenchCmd(ctx, t, bench.Options{}, tc.args...)
+		switch {
+		case err == nil:
+			t.Errorf("bench %q: no error", tc.args)
+		case tc.is != nil && !errors.Is(err, tc.is):
+			t.Errorf("bench %q: %v, want %v", tc.args, err, tc.is)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("bench %q: %v, want it to mention %s", tc.args, err, tc.want)
+		}
+		if tc.is == flag.ErrHelp && !strings.Contains(stderr, "failover") {
+			t.Errorf("bench --help does not list the scenarios:\n%s", stderr)
+		}
+	}
+}
+
+// TestBenchInProcessScenarios runs the scenarios whose runners live in
+// this process, quickly, and checks that every figure is there and that
+// the happy path stays within DESIGN §6's cost target. Everything the run
+// started must be stopped when it returns (no goroutine of the module
+// left).
+func TestBenchInProcessScenarios(t *testing.T) {
+	infra := sharedInfra(t)
+	testenv.CheckLeaks(t)
+	ctx := testCtx(t, 5*time.Minute)
+	dir := filepath.Join(t.TempDir(), "data")
+	stdout, stderr, err := runBenchCmd(ctx, t, bench.Options{Infra: infra},
+		"detach", "latency", "s3cost", "assign", "--quick", "--json", "--data", dir)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr)
+	}
+	out := decodeBench(t, stdout)
+	sc := out.Scenarios
+	if sc.Failover != nil || sc.Handoff != nil {
+		t.Errorf("scenarios that were not asked for ran: %+v", sc)
+	}
+
+	if d := sc.Detach; d == nil || len(d.Trials) != 1 {
+		t.Errorf("detach: %+v, want one trial", d)
+	} else {
+		tr := d.Trials[0]
+		if tr.Reason != "lease-deadline" && tr.Reason != "keepalive-failures" {
+			t.Errorf("detach reason %q, want lease-deadline or keepalive-failures", tr.Reason)
+		}
+		// Detached after the partition, and within a TTL of it.
+		if tr.AfterPartitionMS <= 0 || tr.AfterPartitionMS > d.LeaseTTLMS {
+			t.Errorf("detached %gms after the partition, want within (0, %g]", tr.AfterPartitionMS, d.LeaseTTLMS)
+		}
+		if d.MedianMS != tr.MS || d.MaxMS != tr.MS || d.MarginMS != d.LeaseTTLMS/3 {
+			t.Errorf("detach summary %+v does not match its trial", d)
+		}
+	}
+
+	if l := sc.Latency; l == nil || l.Tasks != 20 || len(l.Trials) != 20 {
+		t.Errorf("latency: %+v, want 20 tasks", l)
+	} else if !(0 < l.P50MS && l.P50MS <= l.P99MS && l.P99MS <= l.MaxMS) {
+		t.Errorf("latency: p50 %g, p99 %g, max %g out of order", l.P50MS, l.P99MS, l.MaxMS)
+	}
+
+	if c := sc.S3Cost; c == nil || len(c.Trials) != 1 {
+		t.Errorf("s3cost: %+v, want one trial", c)
+	} else {
+		cl := c.PerTaskClasses
+		if cl.PutClass > 4 || cl.GetClass > 1 || cl.Delete > 1 || c.PerTask["list"] > 0 || cl.PutClass < 2 {
+			t.Errorf("happy path per task: %+v (%v), want ≤ 4 PUT-class, ≤ 1 GET, ≤ 1 DELETE, no LIST", cl, c.PerTask)
+		}
+		if c.Idle.WindowS != 5 || !c.Idle.Scaled {
+			t.Errorf("quick idle window: %+v, want 5s, scaled", c.Idle)
+		}
+		if m := c.Cost; m.TotalUSD <= 0 || m.TotalUSD != round2(m.TaskRequestsUSD+m.IdleRequestsUSD) || m.Formula == "" || m.Runners != 50 || m.TasksPerDay != 100_000 {
+			t.Errorf("monthly cost: %+v", m)
+		}
+	}
+
+	if a := sc.Assign; a == nil || len(a.Cases) != 9 {
+		t.Errorf("assign: %+v, want 3 × 3 cases", a)
+	} else {
+		for _, c := range a.Cases {
+			if c.AssignMS <= 0 || c.ReassignMS <= 0 {
+				t.Errorf("assign case %+v: want positive timings", c)
+			}
+		}
+	}
+	if !strings.Contains(stderr, "bench: s3cost: done") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
+	}
+}
+
+func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
+
+// pkgDir is this package's directory, read before any test starts the
+// shared S3 gateway (which changes the working directory).
+var pkgDir, _ = os.Getwd()
+
+// buildTenure builds the tenure binary, for the scenarios that start
+// runner processes (in tests os.Executable is the test binary).
+func buildTenure(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tenure")
+	ctx := testCtx(t, 5*time.Minute)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = pkgDir
+	out, err := build.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// processesOf returns the command lines of the processes whose command
+// line mentions dir (the runner processes of a bench run whose data
+// directory is dir); ok is false where /proc is not available.
+func processesOf(dir string) (cmds []string, ok bool) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, dir) && strings.Contains(cmd, " run ") {
+			cmds = append(cmds, cmd)
+		}
+	}
+	return cmds, true
+}
+
+// TestBenchChildProcesses runs the scenarios that signal runner
+// processes, then interrupts a run: its children must be gone either way.
+func TestBenchChildProcesses(t *testing.T) {
+	infra := sharedInfra(t)
+	bin := buildTenure(t)
+	base := bench.Options{Infra: infra, Executable: bin}
+
+	t.Run("failover and handoff", func(t *testing.T) {
+		ctx := testCtx(t, 5*time.Minute)
+		dir := filepath.Join(t.TempDir(), "data")
+		stdout, stderr, err := runBenchCmd(ctx, t, base, "failover", "handoff", "--quick", "--json", "--data", dir)
+		if err != nil {
+			t.Fatalf("bench: %v\nstderr:\n%s", err, stderr)
+		}
+		out := decodeBench(t, stdout)
+		for name, r := range map[string]*bench.HandoverResult{"failover": out.Scenarios.Failover, "handoff": out.Scenarios.Handoff} {
+			if r == nil || len(r.Trials) != 1 {
+				t.Fatalf("%s: %+v, want one trial", name, r)
+			}
+			tr := r.Trials[0]
+			if tr.Shards < 1 || tr.MS <= 0 || r.MedianMS != tr.MS || r.Shards != 64 || r.Runners != 3 {
+				t.Errorf("%s: %+v", name, r)
+			}
+			if want := tr.MS / r.LeaseTTLMS; tr.XTTL < want-0.001 || tr.XTTL > want+0.001 {
+				t.Errorf("%s: x_ttl %g, want ms/ttl = %g", name, tr.XTTL, want)
+			}
+		}
+		if code := out.Scenarios.Handoff.Trials[0].ExitCode; code != 0 {
+			t.Errorf("handoff: the SIGTERMed runner exited %d, want 0", code)
+		}
+		if code := out.Scenarios.Failover.Trials[0].ExitCode; code != -1 {
+			t.Errorf("failover: the SIGKILLed runner exit code %d, want -1 (killed)", code)
+		}
+		if left, ok := processesOf(dir); ok && len(left) > 0 {
+			t.Errorf("runner processes left after the run:\n%s", strings.Join(left, "\n"))
+		}
+	})
+
+	t.Run("interrupted", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(testCtx(t, 5*time.Minute))
+		dir := filepath.Join(t.TempDir(), "data")
+		type result struct {
+			stderr string
+			err    error
+		}
+		done := make(chan result, 1)
+		go func() {
+			_, stderr, err := runBenchCmd(ctx, t, base, "failover", "--trials", "5", "--data", dir)
+			done <- result{stderr, err}
+		}()
+		if _, ok := processesOf(dir); !ok {
+			cancel()
+			<-done
+			t.Skip("no /proc: cannot see the runner processes")
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if procs, _ := processesOf(dir); len(procs) == 3 {
+				break
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("bench ended before its runners started: %v\n%s", r.err, r.stderr)
+			default:
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatal("the 3 runner processes did not start")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel() // what the first Ctrl-C does
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("bench did not stop within 60s of its interruption")
+		}
+		if r.err == nil || !strings.Contains(r.err.Error(), "interrupted") {
+			t.Fatalf("interrupted bench: %v, want an error saying so", r.err)
+		}
+		if left, _ := processesOf(dir); len(left) > 0 {
+			t.Fatalf("runner processes left after the interruption:\n%s", strings.Join(left, "\n"))
+		}
+		if logs, err := os.ReadDir(filepath.Join(dir, "logs")); err != nil || len(logs) == 0 {
+			t.Errorf("the runners' logs are not kept in %s/logs: %v", dir, err)
+		}
+	})
+}
+
+// TestBenchBinary runs `tenure bench` as users do, with its own embedded
+// servers: stdout must hold the JSON report alone (the S3 gateway prints a
+// notice on stdout, which the bench diverts). It needs the bench command
+// registered in main.go.
+func TestBenchBinary(t *testing.T) {
+	bin := buildTenure(t)
+	ctx := testCtx(t, 3*time.Minute)
+	if err := exec.CommandContext(ctx, bin, "bench", "--help").Run(); err != nil {
+		t.Skipf("the built tenure has no bench command yet (main.go registers it): %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	cmd := exec.CommandContext(ctx, bin, "bench", "latency", "--quick", "--json", "--data", dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("tenure bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	out := decodeBench(t, stdout.String())
+	if out.Scenarios.Latency == nil || out.Scenarios.Latency.Tasks != 20 {
+		t.Fatalf("latency: %+v", out.Scenarios.Latency)
+	}
+	for _, sub := range []string{"etcd", "s3", "logs"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); err != nil {
+			t.Errorf("--data %s: %v", dir, err)
+		}
+	}
+}

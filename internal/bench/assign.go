@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// AssignResult holds the figures of assign: the compute time of
+// sharding.Assign (a cold start: every shard placed) and of
+// sharding.Reassign (one runner joining n, from the current owners), one
+// group, equal weights, median of the trials.
+type AssignResult struct {
+	Runs       int            `json:"runs"`
+	Cases      []AssignCase   `json:"cases"`
+	Trials     []AssignTiming `json:"trials"`
+	GOMAXPROCS int            `json:"gomaxprocs"`
+}
+
+// AssignCase is the median timing of one size.
+type AssignCase struct {
+	Shards     int     `json:"shards"`
+	Runners    int     `json:"runners"`
+	AssignMS   float64 `json:"assign_ms"`
+	ReassignMS float64 `json:"reassign_ms"`
+}
+
+// AssignTiming is one run of one size.
+type AssignTiming struct {
+	Shards     int     `json:"shards"`
+	Runners    int     `json:"runners"`
+	AssignMS   float64 `json:"assign_ms"`
+	ReassignMS float64 `json:"reassign_ms"`
+}
+
+// The sizes measured: shards per group × runners.
+var (
+	assignShards  = []int{256, 4096, 16384}
+	assignRunners = []int{3, 100, 1000}
+)
+
+func runAssign(ctx context.Context, e *env) (Result, error) {
+	res := &AssignResult{Runs: e.trials, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	groups := []string{storage.DefaultGroup}
+	for _, shards := range assignShards {
+		for _, n := range assignRunners {
+			cands := make([]sharding.Candidate, n+1)
+			for i := range cands {
+				cands[i] = sharding.Candidate{ID: fmt.Sprintf("runner-%04d", i), Weight: 1}
+			}
+			var as, rs []float64
+			for range e.trials {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				runtime.GC() // keep one run's garbage out of the next one's time
+				t0 := time.Now()
+				current := sharding.Assign(groups, shards, cands[:n])
+				ta := time.Since(t0)
+				if len(current) != shards {
+					return nil, fmt.Errorf("bench: assign %d shards to %d runners placed %d", shards, n, len(current))
+				}
+				runtime.GC()
+				t0 = time.Now()
+				next := sharding.Reassign(groups, shards, cands, current)
+				tr := time.Since(t0)
+				if len(next) != shards {
+					return nil, fmt.Errorf("bench: reassign %d shards to %d runners placed %d", shards, n+1, len(next))
+				}
+				as, rs = append(as, ms(ta)), append(rs, ms(tr))
+				res.Trials = append(res.Trials, AssignTiming{Shards: shards, Runners: n, AssignMS: ms(ta), ReassignMS: ms(tr)})
+			}
+			ac := AssignCase{Shards: shards, Runners: n, AssignMS: round(median(as), 3), ReassignMS: round(median(rs), 3)}
+			res.Cases = append(res.Cases, ac)
+			e.logf("assign: %d shards × %d runners: Assign %.3fms, Reassign %.3fms", shards, n, ac.AssignMS, ac.ReassignMS)
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/storage"
+)
+
+func TestScenarioSelection(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want []string
+	}{
+		{[]string{"all"}, Names()},
+		{[]string{"assign", "failover", "assign"}, []string{"failover", "assign"}},
+		{[]string{"s3cost", "all"}, Names()},
+	} {
+		got, err := Options{Scenarios: tc.in}.scenarios()
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("scenarios(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := (Options{Scenarios: []string{"failover", "nope"}}).scenarios(); !errors.Is(err, ErrUnknownScenario) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("unknown scenario: %v, want ErrUnknownScenario naming it", err)
+	}
+	if _, err := (Options{}).scenarios(); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("no scenario: %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	ok := Options{Scenarios: []string{"assign"}}
+	for name, tc := range map[string]struct {
+		mut   func(*Options)
+		field string // "" when valid
+	}{
+		"defaults":           {func(*Options) {}, ""},
+		"negative trials":    {func(o *Options) { o.Trials = -1 }, "Trials"},
+		"too many trials":    {func(o *Options) { o.Trials = MaxTrials + 1 }, "Trials"},
+		"infra without etcd": {func(o *Options) { o.Infra = &Infra{S3Endpoint: "http://x:1"} }, "Infra.EtcdEndpoint"},
+		"infra without s3":   {func(o *Options) { o.Infra = &Infra{EtcdEndpoint: "http://x:1"} }, "Infra.S3Endpoint"},
+		"half credentials": {func(o *Options) {
+			o.Infra = &Infra{EtcdEndpoint: "http://x:1", S3Endpoint: "http://x:2", AccessKey: "a"}
+		}, "Infra.AccessKey"},
+	} {
+		o := ok
+		tc.mut(&o)
+		err := o.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tc.field != "" && (!errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.field)):
+			t.Errorf("%s: %v, want ErrInvalidOptions naming %s", name, err, tc.field)
+		}
+	}
+}
+
+func TestTrialsAndPick(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want int
+	}{
+		{Options{}, DefaultTrials},
+		{Options{Quick: true}, QuickTrials},
+		{Options{Quick: true, Trials: 7}, 7},
+		{Options{Trials: 2}, 2},
+	} {
+		if got := tc.o.trials(); got != tc.want {
+			t.Errorf("trials of %+v = %d, want %d", tc.o, got, tc.want)
+		}
+	}
+	if pick(Options{}, 1, 2) != 1 || pick(Options{Quick: true}, 1, 2) != 2 {
+		t.Error("pick does not follow Quick")
+	}
+}
+
+func TestStats(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3}
+	if got := median(xs); got != 3 {
+		t.Errorf("median = %g, want 3", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("even median = %g, want 2.5", got)
+	}
+	if !slices.Equal(xs, []float64{5, 1, 4, 2, 3}) {
+		t.Errorf("median sorted its argument: %v", xs)
+	}
+	hundred := make([]float64, 100)
+	for i := range hundred {
+		hundred[i] = float64(100 - i) // 100 … 1
+	}
+	for q, want := range map[float64]float64{0: 1, 0.5: 50, 0.99: 99, 1: 100} {
+		if got := quantile(hundred, q); got != want {
+			t.Errorf("quantile(1…100, %g) = %g, want %g", q, got, want)
+		}
+	}
+	if quantile(nil, 0.5) != 0 || median(nil) != 0 || maxOf(nil) != 0 || mean(nil) != 0 {
+		t.Error("empty input must give 0")
+	}
+	if got := mean([]float64{1, 2, 6}); got != 3 {
+		t.Errorf("mean = %g, want 3", got)
+	}
+	if got := ms(1500 * time.Microsecond); got != 1.5 {
+		t.Errorf("ms(1.5ms) = %g", got)
+	}
+}
+
+func TestPriceClasses(t *testing.T) {
+	c := classesOf(map[string]float64{"create": 1, "put": 1, "replace": 2, "get": 1, "delete": 1, "list": 0.5, "check": 0.5, "servertime": 0.25, "head": 0.25})
+	want := Classes{PutClass: 5, GetClass: 1.5, Delete: 1}
+	if c != want {
+		t.Fatalf("classes = %+v, want %+v", c, want)
+	}
+}
+
+// TestEstimate: the happy path (4 PUT-class, 1 GET per task) and 16
+// listings a minute over 3 runners, priced for 100k tasks a day on 50
+// runners for 30 days.
+func TestEstimate(t *testing.T) {
+	perTask := Classes{PutClass: 4, GetClass: 1, Delete: 1}
+	idle := Classes{PutClass: 16.0 / 3}
+	est := estimate(perTask, idle)
+	wantTasks := 100_000 * 30 * (4*0.005 + 1*0.0004) / 1000 // $61.20
+	wantIdle := 50 * 1440 * 30 * (16.0 / 3 * 0.005) / 1000  // $57.60
+	if math.Abs(est.TaskRequestsUSD-wantTasks) > 0.005 || math.Abs(est.IdleRequestsUSD-wantIdle) > 0.005 {
+		t.Fatalf("estimate: tasks $%g idle $%g, want $%.2f and $%.2f", est.TaskRequestsUSD, est.IdleRequestsUSD, wantTasks, wantIdle)
+	}
+	if math.Abs(est.TotalUSD-(wantTasks+wantIdle)) > 0.01 {
+		t.Fatalf("total $%g, want $%.2f", est.TotalUSD, wantTasks+wantIdle)
+	}
+	for _, s := range []string{"100000 × 30", "50 × 1440 × 30", "0.005", "0.0004"} {
+		if !strings.Contains(est.Formula, s) {
+			t.Errorf("formula %q does not show %q", est.Formula, s)
+		}
+	}
+}
+
+func TestPerTask(t *testing.T) {
+	got := perTask(map[string]float64{"get": 10, "list": 3}, map[string]float64{"get": 30, "list": 3, "replace": 40}, 20)
+	want := map[string]float64{"get": 1, "replace": 2}
+	if len(got) != len(want) || got["get"] != 1 || got["replace"] != 2 {
+		t.Fatalf("perTask = %v, want %v (zeros left out)", got, want)
+	}
+}
+
+func shard(i int) storage.ShardID { return storage.ShardID{Group: storage.DefaultGroup, Index: i} }
+
+func newTracker() *lockTracker {
+	return &lockTracker{holders: map[storage.ShardID]string{}, waiters: map[*lockWaiter]struct{}{}, done: make(chan struct{})}
+}
+
+func put(s storage.ShardID, runner string) storage.LockEvent {
+	return storage.LockEvent{Kind: storage.EventPut, Shard: s, Lock: storage.ShardLock{Shard: s, RunnerID: runner}}
+}
+
+func del(s storage.ShardID) storage.LockEvent {
+	return storage.LockEvent{Kind: storage.EventDelete, Shard: s}
+}
+
+// TestLockTrackerAwait: await returns the arrival time of the event that
+// first satisfied the condition, not a later one.
+func TestLockTrackerAwait(t *testing.T) {
+	tr := newTracker()
+	t0 := time.Unix(1000, 0)
+	tr.apply(t0, put(shard(0), "a"))
+	tr.apply(t0, put(shard(1), "a"))
+	movedToB := func(h map[storage.ShardID]string) bool { return h[shard(0)] == "b" && h[shard(1)] == "b" }
+	got := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	go func() {
+		at, err := tr.await(context.Background(), "the move", 10*time.Second, movedToB)
+		got <- at
+		errc <- err
+	}()
+	// Apply the events only once the waiter is registered, so that the
+	// arrival time comes from the events.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tr.mu.Lock()
+		n := len(tr.waiters)
+		tr.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not register")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tr.apply(t0.Add(1*time.Second), del(shard(0)))
+	tr.apply(t0.Add(2*time.Second), put(shard(0), "b"))
+	tr.apply(t0.Add(3*time.Second), del(shard(1)))
+	tr.apply(t0.Add(4*time.Second), put(shard(1), "b"))
+	tr.apply(t0.Add(5*time.Second), put(shard(2), "c")) // later, unrelated
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if at := <-got; !at.Equal(t0.Add(4 * time.Second)) {
+		t.Fatalf("await returned %v, want the satisfying event's time %v", at, t0.Add(4*time.Second))
+	}
+	// Already true: returns at once.
+	if _, err := tr.await(context.Background(), "the move", time.Millisecond, movedToB); err != nil {
+		t.Fatalf("await of a holding condition: %v", err)
+	}
+	// Never true: a clear timeout naming what was awaited.
+	_, err := tr.await(context.Background(), "shard 9 to be locked", 20*time.Millisecond, func(h map[storage.ShardID]string) bool { return h[shard(9)] != "" })
+	if err == nil || !strings.Contains(err.Error(), "shard 9 to be locked") {
+		t.Fatalf("await timeout: %v, want an error naming the condition", err)
+	}
+	// Cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.await(ctx, "x", time.Minute, func(map[storage.ShardID]string) bool { return false }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("await with a cancelled context: %v", err)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.waiters) != 0 {
+		t.Fatalf("%d waiters left registered", len(tr.waiters))
+	}
+}
+
+// TestShardGaps: per shard, from the victim's lock deletion to the next
+// lock by another runner; shards of others and the victim's re-locks are
+// ignored.
+func TestShardGaps(t *testing.T) {
+	tr := newTracker()
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	tr.apply(t0, put(shard(0), "v"))
+	tr.apply(t0, put(shard(1), "v"))
+	tr.apply(t0, put(shard(2), "w"))
+	tr.apply(ms(10), del(shard(0)))
+	tr.apply(ms(12), put(shard(0), "w"))
+	tr.apply(ms(20), del(shard(2))) // not the victim's
+	tr.apply(ms(25), put(shard(2), "x"))
+	tr.apply(ms(30), del(shard(1)))
+	tr.apply(ms(35), put(shard(1), "v")) // the victim again: not a handover
+	tr.apply(ms(40), del(shard(1)))
+	tr.apply(ms(47), put(shard(1), "x"))
+	got := shardGaps(tr.since(t0.Add(time.Millisecond)), "v", []storage.ShardID{shard(0), shard(1)})
+	slices.Sort(got)
+	if !slices.Equal(got, []float64{2, 7}) {
+		t.Fatalf("gaps = %v, want [2 7]", got)
+	}
+}
+
+func TestReportTable(t *testing.T) {
+	rep := &Report{
+		Machine:  Machine{CPUs: 2, Go: "go1.26", OS: "linux", Arch: "amd64"},
+		Settings: Settings{Trials: 1, LeaseTTLMS: 3000},
+		Scenarios: map[string]Result{
+			ScenarioAssign:  &AssignResult{Cases: []AssignCase{{Shards: 256, Runners: 3, AssignMS: 0.1, ReassignMS: 0.2}}},
+			ScenarioLatency: &LatencyResult{Tasks: 2, P50MS: 1.5, P99MS: 2.5},
+		},
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, s := range []string{"latency", "p50 1.50ms, p99 2.50ms", "256 shards × 3 runners", "Assign 0.100ms"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Index(out, "latency") > strings.Index(out, "assign") {
+		t.Errorf("scenarios not in run order:\n%s", out)
+	}
+}

@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
+	s3store "github.com/tenurehq/tenure/storage/s3"
+)
+
+// convergeTimeout bounds the wait for a cluster's shards to be locked as
+// the assignment says.
+const convergeTimeout = 60 * time.Second
+
+// cluster is one scenario's cluster: a fresh name (so fresh etcd and S3
+// prefixes), the settings every runner of it shares, and the bench's own
+// view of its etcd.
+type cluster struct {
+	env       *env
+	name      string
+	shards    int
+	infra     Infra
+	overrides []string // runner config keys, as key=value
+	store     *etcd.Store
+	locks     *lockTracker
+}
+
+// newCluster creates a cluster of shards shards, with the bench's lease
+// TTL and the product's other defaults, and starts watching its locks.
+func (e *env) newCluster(ctx context.Context, scenario string, shards int) (*cluster, error) {
+	in, err := e.servers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{env: e, name: e.clusterName(scenario), shards: shards, infra: in}
+	c.overrides = []string{
+		"cluster=" + c.name,
+		"shards=" + strconv.Itoa(shards),
+		"etcd.endpoints=" + in.EtcdEndpoint,
+		"s3.endpoint=" + in.S3Endpoint,
+		"s3.region=" + in.S3Region,
+		"s3.bucket=" + in.Bucket,
+		"s3.path_style=true",
+		"s3.access_key=" + in.AccessKey,
+		"s3.secret_key=" + in.SecretKey,
+		"lease.ttl=" + LeaseTTL.String(),
+		"drain_timeout=10s",
+		"admin_addr=127.0.0.1:0",
+		"log.level=warn",
+	}
+	c.store, err = etcd.Dial(ctx, etcd.DialConfig{Endpoints: []string{in.EtcdEndpoint}, DialTimeout: 10 * time.Second},
+		etcd.WithPrefix(runner.EtcdPrefix(c.name)), etcd.WithRequestTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", scenario, err)
+	}
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	c.locks = watchLocks(wctx, c.store)
+	e.onClose(func() {
+		stopWatch()
+		c.locks.wait()
+		c.store.Close()
+	})
+	return c, nil
+}
+
+// config returns the runner config of runner id.
+func (c *cluster) config(id string, extra ...string) (runner.Config, error) {
+	cfg, err := runner.Load("", nil, append(append(slices.Clone(c.overrides), "runner_id="+id), extra...))
+	if err != nil {
+		return runner.Config{}, fmt.Errorf("bench: runner %s config: %w", id, err)
+	}
+	return cfg, nil
+}
+
+// meta is the cluster's shape as runners record it.
+func (c *cluster) meta() storage.ClusterMeta {
+	return storage.ClusterMeta{Shards: c.shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}
+}
+
+// objects opens a store on the cluster's S3 prefix that reports every
+// request to observe (nil: none).
+func (c *cluster) objects(ctx context.Context, observe s3store.Observer) (*s3store.Store, error) {
+	cfg, err := c.config("bench-client")
+	if err != nil {
+		return nil, err
+	}
+	var opts []s3store.Option
+	if observe != nil {
+		opts = append(opts, s3store.WithObserver(observe))
+	}
+	obj, err := runner.OpenObjectStore(ctx, cfg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return obj, nil
+}
+
+// client returns a task client of the cluster whose submissions wake the
+// owners through etcd, as `tenure task submit` does.
+func (c *cluster) client(obj *s3store.Store) (*task.Client, error) {
+	tc, err := task.NewClient(task.NewStore(obj, task.WithLogger(slog.New(slog.DiscardHandler))),
+		task.ClientConfig{Shards: c.shards, Waker: c.store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, fmt.Errorf("bench: task client: %w", err)
+	}
+	return tc, nil
+}
+
+// converged waits until exactly the runners ids are registered, every
+// shard is locked by one of them, and the locks are the fixed point of the
+// assignment (sharding.Reassign of the holders returns the holders): the
+// state a stable cluster rests in.
+func (c *cluster) converged(ctx context.Context, ids []string) error {
+	want := slices.Sorted(slices.Values(ids))
+	deadline := time.Now().Add(convergeTimeout)
+	var why string
+	for {
+		ok, w, err := c.isConverged(ctx, want)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		why = w
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: cluster %s did not converge within %s: %s", c.name, convergeTimeout, why)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	runners, _, err := c.store.Runners(rctx)
+	if err != nil {
+		return false, "", fmt.Errorf("bench: cluster %s: %w", c.name, err)
+	}
+	var ids []string
+	var cands []sharding.Candidate
+	for _, r := range runners {
+		ids = append(ids, r.ID)
+		cands = append(cands, sharding.CandidateOf(r))
+	}
+	sort.Strings(ids)
+	if !slices.Equal(ids, want) {
+		return false, fmt.Sprintf("registered runners %v, want %v", ids, want), nil
+	}
+	locks, _, err := c.store.ShardLocks(rctx)
+	if err != nil {
+		return false, "", fmt.Errorf("bench: cluster %s: %w", c.name, err)
+	}
+	current := sharding.Assignment{}
+	for _, l := range locks {
+		current[l.Shard] = l.RunnerID
+	}
+	if len(current) != c.shards {
+		return false, fmt.Sprintf("%d of %d shards locked", len(current), c.shards), nil
+	}
+	next := sharding.Reassign(c.meta().Groups, c.shards, cands, current)
+	if !maps.Equal(next, current) {
+		return false, fmt.Sprintf("locks [%s] differ from the assignment [%s]", describeCounts(current.Counts()), describeCounts(next.Counts())), nil
+	}
+	return true, "", nil
+}
+
+// describeCounts renders shard counts by runner, sorted.
+func describeCounts(counts map[string]int) string {
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", id, counts[id]))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,23 @@
+// Package bench runs the scenarios of `tenure bench`: a local cluster on
+// loopback (embedded etcd and an embedded VersityGW S3 gateway, or given
+// endpoints), runners in this process or as child processes of the tenure
+// binary, and figures that can be compared from run to run.
+//
+// Scenarios:
+//
+//   - failover: three runner processes; SIGKILL one and time until every
+//     shard it held is locked by the others (also as a ratio to the lease
+//     TTL).
+//   - handoff: the same with SIGTERM: a graceful stop hands the shards over.
+//   - detach: a runner cut off from etcd by a TCP proxy (blackhole); the
+//     time of its detachment relative to its cutoff, lease deadline minus
+//     detach margin (negative: before it).
+//   - throughput: no-op tasks per second with one and three runners.
+//   - latency: submit → handler start, one task at a time, with wake-ups.
+//   - s3cost: S3 requests per completed task by operation, idle requests per
+//     minute, and a monthly request-cost estimate.
+//   - assign: compute time of sharding.Assign and Reassign.
+//
+// Every wait is bounded, and every runner, child process and server the
+// run starts is stopped when it ends, fails or is interrupted.
+package bench

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/runner"
+)
+
+// stopTimeout bounds an in-process runner's graceful stop: its drain
+// timeout (10s) plus the interrupt wait and some slack.
+const stopTimeout = 30 * time.Second
+
+// inproc is a runner running in the bench process (runner.New and Run),
+// with its own metrics registry.
+type inproc struct {
+	id      string
+	r       *runner.Runner
+	reg     *prometheus.Registry
+	cancel  context.CancelFunc
+	done    chan error
+	logPath string
+}
+
+// startRunner starts runner id in this process with the built-in types
+// and those register adds; it stops when the run ends, if not before.
+func (c *cluster) startRunner(id string, register func(*entity.Host) error) (*inproc, error) {
+	cfg, err := c.config(id)
+	if err != nil {
+		return nil, err
+	}
+	log, path, err := c.env.logger(safeName(c.name + "-" + id + ".log"))
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	opts := []runner.Option{runner.WithRegistry(reg), runner.WithLogger(log), runner.WithTypes(runner.RegisterBuiltins)}
+	if register != nil {
+		opts = append(opts, runner.WithTypes(register))
+	}
+	r, err := runner.New(cfg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: runner %s: %w", id, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &inproc{id: id, r: r, reg: reg, cancel: cancel, done: make(chan error, 1), logPath: path}
+	go func() { x.done <- r.Run(ctx) }()
+	c.env.onClose(func() { x.stop() })
+	return x, nil
+}
+
+// stop stops the runner gracefully and waits for it, at most stopTimeout.
+// It is idempotent.
+func (x *inproc) stop() error {
+	if x.cancel == nil {
+		return nil
+	}
+	x.cancel()
+	x.cancel = nil
+	select {
+	case err := <-x.done:
+		if err != nil {
+			return fmt.Errorf("bench: runner %s: %w (log %s)", x.id, err, x.logPath)
+		}
+		return nil
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("bench: runner %s did not stop within %s (log %s)", x.id, stopTimeout, x.logPath)
+	}
+}
+
+// failed returns the runner's error if Run has returned early.
+func (x *inproc) failed() error {
+	select {
+	case err := <-x.done:
+		x.done <- err
+		if err == nil {
+			return fmt.Errorf("bench: runner %s stopped (log %s)", x.id, x.logPath)
+		}
+		return fmt.Errorf("bench: runner %s: %w (log %s)", x.id, err, x.logPath)
+	default:
+		return nil
+	}
+}
+
+// counters sums the counter family name of the runners' registries by the
+// value of label (all series when label is ""), keeping only the series
+// whose labels match every pair of filter.
+func counters(regs []*prometheus.Registry, name, label string, filter map[string]string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, reg := range regs {
+		fams, err := reg.Gather()
+		if err != nil {
+			return nil, fmt.Errorf("bench: reading metrics: %w", err)
+		}
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				key, matched := "", 0
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == label {
+						key = lp.GetValue()
+					}
+					if v, ok := filter[lp.GetName()]; ok && v == lp.GetValue() {
+						matched++
+					}
+				}
+				if matched == len(filter) {
+					out[key] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func registries(rs []*inproc) []*prometheus.Registry {
+	out := make([]*prometheus.Registry, len(rs))
+	for i, x := range rs {
+		out[i] = x.reg
+	}
+	return out
+}

@@ -1,0 +1,284 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
+)
+
+// Task scenario settings.
+const (
+	taskShards = 16
+	// submitters is the number of goroutines submitting a throughput batch.
+	submitters = 16
+	// batchWithin bounds the completion of one throughput batch.
+	batchWithin = 2 * time.Minute
+	// startWithin bounds the wait for one latency task to start.
+	startWithin = 10 * time.Second
+	// latencyWarmup tasks run before the measured ones (connections, first
+	// entity activations).
+	latencyWarmup = 5
+	// typeNoop is the no-op task type of throughput.
+	typeNoop = "bench-noop"
+	// typePing is the task type of latency; its handler reports its start.
+	typePing = "bench-ping"
+)
+
+// ThroughputResult holds the figures of throughput: completed no-op tasks
+// per second (first submit to last completion) with one and three
+// in-process runners, submitted from several goroutines.
+type ThroughputResult struct {
+	Shards        int               `json:"shards"`
+	Submitters    int               `json:"submitters"`
+	TasksPerTrial int               `json:"tasks_per_trial"`
+	OneRunner     float64           `json:"tasks_per_s_1_runner"`  // median over trials
+	ThreeRunners  float64           `json:"tasks_per_s_3_runners"` // median over trials
+	Trials        []ThroughputTrial `json:"trials"`
+}
+
+// ThroughputTrial is one batch.
+type ThroughputTrial struct {
+	Runners   int     `json:"runners"`
+	Tasks     int     `json:"tasks"`
+	ElapsedMS float64 `json:"elapsed_ms"`
+	TasksPerS float64 `json:"tasks_per_s"`
+}
+
+func runThroughput(ctx context.Context, e *env) (Result, error) {
+	res := &ThroughputResult{Shards: taskShards, Submitters: submitters, TasksPerTrial: pick(e.o, 500, 100)}
+	for _, n := range []int{1, 3} {
+		rates, err := throughputWith(ctx, e, n, res)
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			res.OneRunner = round(median(rates), 1)
+		} else {
+			res.ThreeRunners = round(median(rates), 1)
+		}
+	}
+	return res, nil
+}
+
+func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult) ([]float64, error) {
+	c, err := e.newCluster(ctx, fmt.Sprintf("%s%d", ScenarioThroughput, n), taskShards)
+	if err != nil {
+		return nil, err
+	}
+	noop := func(h *entity.Host) error {
+		return h.RegisterFunc(typeNoop, func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+	}
+	rs, _, err := c.startRunners(ctx, n, noop)
+	if err != nil {
+		return nil, err
+	}
+	defer stopRunners(rs)
+	obj, err := c.objects(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := c.client(obj)
+	if err != nil {
+		return nil, err
+	}
+	regs := registries(rs)
+	var rates []float64
+	for i := range e.trials {
+		base, err := completed(regs, typeNoop)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := submitBatch(ctx, tc, typeNoop, res.TasksPerTrial); err != nil {
+			return nil, err
+		}
+		if err := waitCompleted(ctx, rs, typeNoop, base+float64(res.TasksPerTrial), batchWithin); err != nil {
+			return nil, err
+		}
+		d := time.Since(start)
+		rate := float64(res.TasksPerTrial) / d.Seconds()
+		res.Trials = append(res.Trials, ThroughputTrial{Runners: n, Tasks: res.TasksPerTrial, ElapsedMS: ms(d), TasksPerS: round(rate, 1)})
+		rates = append(rates, rate)
+		e.logf("throughput: %d runner(s), trial %d/%d: %d tasks in %s: %.0f tasks/s", n, i+1, e.trials, res.TasksPerTrial, d.Round(time.Millisecond), rate)
+	}
+	return rates, nil
+}
+
+// startRunners starts n in-process runners b1…bn and waits for the
+// cluster to converge.
+func (c *cluster) startRunners(ctx context.Context, n int, register func(*entity.Host) error) ([]*inproc, []string, error) {
+	var rs []*inproc
+	var ids []string
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("b%d", i)
+		x, err := c.startRunner(id, register)
+		if err != nil {
+			stopRunners(rs)
+			return nil, nil, err
+		}
+		rs, ids = append(rs, x), append(ids, id)
+	}
+	alive := func() error {
+		for _, x := range rs {
+			if err := x.failed(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := c.convergedAlive(ctx, ids, alive); err != nil {
+		stopRunners(rs)
+		return nil, nil, err
+	}
+	return rs, ids, nil
+}
+
+// stopRunners stops runners at once and waits for them.
+func stopRunners(rs []*inproc) {
+	var wg sync.WaitGroup
+	for _, x := range rs {
+		wg.Add(1)
+		go func() { defer wg.Done(); x.stop() }()
+	}
+	wg.Wait()
+}
+
+// submitBatch submits n tasks of typ from the submitter goroutines.
+func submitBatch(ctx context.Context, tc *task.Client, typ string, n int) error {
+	errs := make(chan error, submitters)
+	var wg sync.WaitGroup
+	for g := range submitters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += submitters {
+				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typ})
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("bench: submit: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// completed returns the number of tasks of typ completed by the runners
+// of regs.
+func completed(regs []*prometheus.Registry, typ string) (float64, error) {
+	m, err := counters(regs, "tenure_tasks_total", "", map[string]string{"type": typ, "outcome": "completed"})
+	return m[""], err
+}
+
+// waitCompleted waits until the runners have completed want tasks of typ.
+func waitCompleted(ctx context.Context, rs []*inproc, typ string, want float64, within time.Duration) error {
+	regs := registries(rs)
+	deadline := time.Now().Add(within)
+	for {
+		n, err := completed(regs, typ)
+		if err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		for _, x := range rs {
+			if err := x.failed(); err != nil {
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: %.0f of %.0f %s tasks completed after %s", n, want, typ, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// LatencyResult holds the figures of latency: submit → handler start, one
+// task at a time, with wake-ups through etcd, on one in-process runner.
+type LatencyResult struct {
+	Shards int     `json:"shards"`
+	Tasks  int     `json:"tasks"`
+	Warmup int     `json:"warmup_tasks"` // run first, not counted
+	P50MS  float64 `json:"p50_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	MaxMS  float64 `json:"max_ms"`
+	MeanMS float64 `json:"mean_ms"`
+	// Trials are the tasks' latencies in submission order, in ms.
+	Trials []float64 `json:"trials"`
+}
+
+func runLatency(ctx context.Context, e *env) (Result, error) {
+	c, err := e.newCluster(ctx, ScenarioLatency, taskShards)
+	if err != nil {
+		return nil, err
+	}
+	started := make(chan time.Time)
+	ping := func(h *entity.Host) error {
+		return h.RegisterFunc(typePing, func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			at := time.Now()
+			select {
+			case started <- at:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		})
+	}
+	rs, _, err := c.startRunners(ctx, 1, ping)
+	if err != nil {
+		return nil, err
+	}
+	defer stopRunners(rs)
+	obj, err := c.objects(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := c.client(obj)
+	if err != nil {
+		return nil, err
+	}
+	n := pick(e.o, 200, 20)
+	res := &LatencyResult{Shards: taskShards, Tasks: n, Warmup: latencyWarmup}
+	for i := range latencyWarmup + n {
+		t0 := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typePing})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("bench: latency: submit: %w", err)
+		}
+		select {
+		case at := <-started:
+			if i >= latencyWarmup {
+				res.Trials = append(res.Trials, ms(at.Sub(t0)))
+			}
+		case <-time.After(startWithin):
+			return nil, fmt.Errorf("bench: latency: task %d did not start within %s (log %s)", i+1, startWithin, rs[0].logPath)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// Let the last outcome commit before the runner stops.
+	if err := waitCompleted(ctx, rs, typePing, float64(latencyWarmup+n), startWithin); err != nil {
+		return nil, err
+	}
+	res.P50MS, res.P99MS = quantile(res.Trials, 0.5), quantile(res.Trials, 0.99)
+	res.MaxMS, res.MeanMS = maxOf(res.Trials), round(mean(res.Trials), 3)
+	e.logf("latency: %d tasks: p50 %.2fms p99 %.2fms", n, res.P50MS, res.P99MS)
+	return res, nil
+}
