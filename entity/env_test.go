@@ -42,6 +42,9 @@ type env struct {
 	scfg   sharding.Config
 	ecfg   Config
 	logs   *logSink
+	// wrap, if set, decorates each runner's object store (fault injection
+	// over the real S3 server).
+	wrap func(runner string, s storage.ObjectStore) storage.ObjectStore
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -112,11 +115,18 @@ func newEnv(t testing.TB, shards int) *env {
 }
 
 // newTaskStore opens a task store on the env's bucket, counting requests.
-func (e *env) newTaskStore() *task.Store {
+func (e *env) newTaskStore() *task.Store { return e.runnerTaskStore("") }
+
+// runnerTaskStore is newTaskStore for a runner, decorated by e.wrap.
+func (e *env) runnerTaskStore(runner string) *task.Store {
 	s3 := testenv.SharedS3(e.t)
+	var obj storage.ObjectStore
 	obj, err := s3store.New(s3.Client(), e.bucket, s3store.WithPrefix("tenure/test/"), s3store.WithObserver(e.ops.observe))
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if runner != "" && e.wrap != nil {
+		obj = e.wrap(runner, obj)
 	}
 	return task.NewStore(obj, task.WithLogger(e.logs.logger("tasks")))
 }
@@ -140,7 +150,7 @@ func (e *env) start(id string, register registerFunc) *node {
 	}
 	t.Cleanup(func() { rs.Close() })
 	n := &node{id: id, env: e, proxy: p, rs: rs, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
-	n.host, err = NewHost(e.newTaskStore(), rs, id, e.ecfg, WithRegistry(n.reg), WithLogger(e.logs.logger(id)))
+	n.host, err = NewHost(e.runnerTaskStore(id), rs, id, e.ecfg, WithRegistry(n.reg), WithLogger(e.logs.logger(id)))
 	if err != nil {
 		t.Fatal(err)
 	}

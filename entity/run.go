@@ -293,38 +293,65 @@ func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr,
 // to the new version; if it is not, the commit is fenced off. outcome ""
 // means "read it from the committed status" (a failure: retried or final).
 func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, apply func(*task.Task, time.Time) error, outcome string) {
-	t, etag := a.current()
-	claim := t.Claim
-	for tries := 0; tries < 5; tries++ {
+	// base is the last version known to hold our claim; every try applies
+	// the outcome to a fresh copy of it, so a failed write leaves nothing
+	// behind that a later look could mistake for the stored state.
+	base, etag := a.current()
+	claim := base.Claim
+	// reload re-reads the task after a write whose fate is unknown or
+	// refused. It reports done when nothing is left to write: the task is
+	// terminal (the write landed though its answer was lost, or a client
+	// finished it) and its pointer has been dealt with.
+	reload := func(ctx context.Context) (done bool, err error) {
+		fresh, fetag, err := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID)
+		if err != nil {
+			return false, err // keep base: a retried CAS settles the question
+		}
+		if fresh.Status.IsTerminal() {
+			e.afterCommit(ctx, it, fresh)
+			return true, nil
+		}
+		base, etag = fresh, fetag
+		return false, nil
+	}
+	// A write that fails for want of S3 is retried, backing off, for as
+	// long as a task lease: giving up means running the task again. A
+	// refused write (another version) is re-read a bounded number of times.
+	start, pause, races := time.Now(), 200*time.Millisecond, 0
+	var lastErr error
+	for {
+		if lastErr != nil && time.Since(start) > e.h.cfg.TaskLease {
+			break
+		}
 		if ctx.Err() != nil && ctx == e.ctx {
 			// The shard ended while committing. A planned handoff still
 			// holds the lock: finish the commit in its window.
 			if hctx := e.awaitFate(); hctx != nil {
 				ctx = hctx
-				t, etag = a.current() // undo the applied change
-				if fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID); lerr == nil {
-					t, etag = fresh, fetag
-				}
-				if t.Status.IsTerminal() {
-					// The cancelled write landed after all.
-					e.afterCommit(ctx, it, t)
+				if done, _ := reload(ctx); done {
 					return
-				}
-				if !sameClaim(claim, t.Claim) {
-					break
 				}
 			}
 		}
 		if ctx.Err() != nil {
 			// Detached or the handoff window closed: no write.
-			e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
+			e.h.metrics.tasks.WithLabelValues(base.Type, outcomeAbandoned).Inc()
+			e.forget(it.ptr.ID)
+			return
+		}
+		if !sameClaim(claim, base.Claim) || base.Status != task.Running {
+			e.h.metrics.tasks.WithLabelValues(base.Type, outcomeFenced).Inc()
+			e.h.log.Info("task outcome fenced off: the task changed hands", "task", base.Ref())
 			e.forget(it.ptr.ID)
 			return
 		}
 		now, err := e.h.tasks.Now(ctx)
 		if err != nil {
-			break
+			lastErr = err
+			e.pause(ctx, &pause)
+			continue
 		}
+		t := base.Clone()
 		if err := apply(t, now.Now); err != nil {
 			e.h.log.Warn("cannot apply outcome", "task", t.Ref(), "err", err)
 			e.forget(it.ptr.ID)
@@ -342,39 +369,36 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, app
 			e.afterCommit(ctx, it, t)
 			return
 		}
-		if !errors.Is(err, storage.ErrPrecondition) {
-			e.h.log.Warn("committing a task outcome failed; retrying", "task", t.Ref(), "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-			t, etag = a.current() // undo the applied change
-			if fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID); lerr == nil {
-				t, etag = fresh, fetag
-			}
-			if t.Status.IsTerminal() {
-				// The write landed though its answer was lost.
-				e.afterCommit(ctx, it, t)
-				return
-			}
-			if !sameClaim(claim, t.Claim) {
+		lastErr = err
+		if errors.Is(err, storage.ErrPrecondition) {
+			e.h.metrics.claimRaces.Inc()
+			if races++; races == 5 {
 				break
 			}
-			continue
+		} else {
+			e.h.log.Warn("committing a task outcome failed; retrying", "task", t.Ref(), "err", err)
+			e.pause(ctx, &pause)
 		}
-		e.h.metrics.claimRaces.Inc()
-		fresh, fetag, lerr := e.h.tasks.Load(ctx, e.own.Shard, it.ptr.ID)
-		if lerr != nil || !sameClaim(claim, fresh.Claim) || fresh.Status != task.Running {
-			e.h.metrics.tasks.WithLabelValues(t.Type, outcomeFenced).Inc()
-			e.h.log.Info("task outcome fenced off: the task changed hands", "task", t.Ref())
-			e.forget(it.ptr.ID)
+		if done, _ := reload(ctx); done {
 			return
 		}
-		t, etag = fresh, fetag
 	}
-	e.h.log.Warn("giving up committing a task outcome; it will be taken over", "task", t.Ref())
-	e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
-	e.forget(it.ptr.ID)
+	// The task stays running under our claim; looking at its pointer again
+	// shortly puts it back and runs it afresh.
+	e.h.log.Warn("giving up committing a task outcome; the task will run again", "task", base.Ref(), "err", lastErr)
+	e.h.metrics.tasks.WithLabelValues(base.Type, outcomeAbandoned).Inc()
+	e.retryLater(it, lastErr)
+}
+
+// pause waits *d or until ctx ends, then doubles *d up to 2s.
+func (e *shardExec) pause(ctx context.Context, d *time.Duration) {
+	t := time.NewTimer(*d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	*d = min(2**d, 2*time.Second)
 }
 
 // sameClaim reports whether b is the claim a (same runner, epoch, attempt
