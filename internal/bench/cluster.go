@@ -106,9 +106,14 @@ func (c *cluster) objects(ctx context.Context, observe s3store.Observer) (*s3sto
 	return obj, nil
 }
 
-// client returns a task client of the cluster whose submissions wake the
-// owners through etcd, as `tenure task submit` does.
-func (c *cluster) client(obj *s3store.Store) (*task.Client, error) {
+// client returns a task client of the cluster, on an object store of its
+// own observed by observe (nil: none), whose submissions wake the owners
+// through etcd, as `tenure task submit` does.
+func (c *cluster) client(ctx context.Context, observe s3store.Observer) (*task.Client, error) {
+	obj, err := c.objects(ctx, observe)
+	if err != nil {
+		return nil, err
+	}
 	tc, err := task.NewClient(task.NewStore(obj, task.WithLogger(slog.New(slog.DiscardHandler))),
 		task.ClientConfig{Shards: c.shards, Waker: c.store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -213,11 +213,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 		return nil, err
 	}
 	client := &opCounter{n: map[string]float64{}}
-	obj, err := c.objects(ctx, client.observe)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := c.client(obj)
+	tc, err := c.client(ctx, client.observe)
 	if err != nil {
 		return nil, err
 	}

@@ -80,11 +80,7 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult) (
 		return nil, err
 	}
 	defer stopRunners(rs)
-	obj, err := c.objects(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := c.client(obj)
+	tc, err := c.client(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -244,11 +240,7 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	obj, err := c.objects(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := c.client(obj)
+	tc, err := c.client(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
