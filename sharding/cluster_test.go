@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,6 +150,8 @@ type testRunner struct {
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan error
+	// running is read by the sampler's goroutine while stop may run.
+	running atomic.Bool
 
 	mu          sync.Mutex
 	transitions []detachment.Transition
@@ -236,6 +239,7 @@ func (c *cluster) startWith(id string, weight float64, wrap func(storage.RunnerS
 	})
 	rctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
+	r.running.Store(true)
 	go func() { r.done <- mgr.Run(rctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	c.mu.Lock()
@@ -249,6 +253,7 @@ func (r *testRunner) stop(t testing.TB) {
 	if r.cancel == nil {
 		return
 	}
+	r.running.Store(false)
 	r.cancel()
 	r.cancel = nil
 	select {
@@ -278,7 +283,7 @@ func (c *cluster) members() []*testRunner {
 	defer c.mu.Unlock()
 	var out []*testRunner
 	for _, r := range c.runners {
-		if r.cancel != nil {
+		if r.running.Load() {
 			out = append(out, r)
 		}
 	}

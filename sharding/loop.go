@@ -75,7 +75,7 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 	}
 	start := time.Now()
 	if fresh {
-		runners, _, err := m.store.Runners(ctx)
+		runners, rev, err := m.store.Runners(ctx)
 		m.storageResult("runners", err)
 		if err != nil && !errors.Is(err, storage.ErrCorrupt) {
 			return next
@@ -83,7 +83,7 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 		if err != nil {
 			m.log.Error("ignoring undecodable runner records", "err", err)
 		}
-		m.setRunners(runners)
+		m.setRunners(runners, rev)
 	}
 	mine := m.assigned()
 	m.mu.Lock()
@@ -391,6 +391,23 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 	if m.session != nil {
 		lease = m.session.LeaseID()
 	}
+	// A lock released by a runner our view still assigns it to means the
+	// view trails the runners/ watch (a drain's weight 0, a departed
+	// runner's record): read the runners now instead of waiting for the
+	// debounced pass, so that the successor takes the shard within one
+	// etcd round trip of its release. So does the release of a lock we
+	// never saw taken (the lock stream trails too) that our view gives
+	// to someone else: the cost is one read.
+	stale := false
+	for _, ev := range events {
+		if ev.Kind != storage.EventDelete {
+			continue
+		}
+		h, held := m.holders[ev.Shard]
+		if a := m.assignment[ev.Shard]; a != m.self.ID && (!held || (h != m.self.ID && a == h)) {
+			stale = true
+		}
+	}
 	for _, ev := range events {
 		if ev.Err != nil {
 			m.log.Error("undecodable shard lock record", "shard", ev.Shard.String(), "err", ev.Err)
@@ -420,11 +437,16 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 	}
 	m.mu.Unlock()
 	m.notify.deliver()
-	if rebalance {
+	switch {
+	case stale:
+		m.rebalance(ctx, true)
+	case rebalance:
 		m.debounce.call()
-	}
-	if len(wanted) > 0 {
-		m.acquireWanted(ctx, false, wanted...)
+		fallthrough
+	default:
+		if len(wanted) > 0 {
+			m.acquireWanted(ctx, false, wanted...)
+		}
 	}
 }
 
@@ -435,10 +457,10 @@ func (m *Manager) probe(ctx context.Context) {
 	if _, _, _, ok := m.attachedGen(); ok {
 		return
 	}
-	runners, _, err := m.store.Runners(ctx)
+	runners, rev, err := m.store.Runners(ctx)
 	m.storageResult("probe", err)
 	if err == nil || errors.Is(err, storage.ErrCorrupt) {
-		m.setRunners(runners)
+		m.setRunners(runners, rev)
 	}
 }
 

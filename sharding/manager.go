@@ -43,16 +43,21 @@ type Manager struct {
 	drainReq      chan chan error
 	debounce      *debouncer
 
-	mu         sync.Mutex
-	self       storage.RunnerInfo
-	session    storage.Session
-	draining   bool
-	attached   bool
-	gen        uint64
-	owned      map[storage.ShardID]*owned
-	suspended  map[storage.ShardID]int64 // shard → epoch
-	pending    map[storage.ShardID]*pendingShard
-	runners    map[string]storage.RunnerInfo
+	mu        sync.Mutex
+	self      storage.RunnerInfo
+	session   storage.Session
+	draining  bool
+	attached  bool
+	gen       uint64
+	owned     map[storage.ShardID]*owned
+	suspended map[storage.ShardID]int64 // shard → epoch
+	pending   map[storage.ShardID]*pendingShard
+	runners   map[string]storage.RunnerInfo
+	// runnersRev is the etcd revision the runner view reflects: a listing
+	// or watch event older than it would move the view back in time (a
+	// fresh read that raced a watch event must not drop a runner the event
+	// added), so it is ignored.
+	runnersRev int64
 	holders    Assignment // shard → holder's runner id, from the lock watch
 	assignment Assignment
 	running    bool

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,17 +344,26 @@ func TestDrainHandsOver(t *testing.T) {
 		own, ok := c.ownership([]*testRunner{c.runners["heir-1"], c.runners["heir-2"]})
 		return ok && len(own) == 32
 	})
-	// Hand-over gaps: from each release to the successor's acquisition.
+	checkHandOverGaps(t, c, d, start, n, drained)
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
+
+// checkHandOverGaps measures, for every shard the drained runner d released
+// since start, the gap from its release to the successor's acquisition, and
+// wants the median under 100 ms and none over a second.
+func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time, owned int, drained time.Duration) {
+	t.Helper()
 	c.ledger.mu.Lock()
 	var gaps []time.Duration
 	released := 0
 	for _, a := range c.ledger.spans {
-		if a.runner != "drainer" || a.reason != LossReleased || a.end.Before(start) {
+		if a.runner != d.id || a.reason != LossReleased || a.end.Before(start) {
 			continue
 		}
 		released++
 		for _, b := range c.ledger.spans {
-			if b.shard == a.shard && b.runner != "drainer" && !b.start.Before(a.end) {
+			if b.shard == a.shard && b.runner != d.id && !b.start.Before(a.end) {
 				gaps = append(gaps, b.start.Sub(a.end))
 				break
 			}
@@ -361,10 +371,10 @@ func TestDrainHandsOver(t *testing.T) {
 	}
 	c.ledger.mu.Unlock()
 	if released == 0 || len(gaps) != released || len(d.mgr.Owned()) != 0 {
-		t.Fatalf("%d hand-overs recorded for %d releases (%d owned before, %d after)", len(gaps), released, n, len(d.mgr.Owned()))
+		t.Fatalf("%d hand-overs recorded for %d releases (%d owned before, %d after)", len(gaps), released, owned, len(d.mgr.Owned()))
 	}
 	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
-	t.Logf("drained %d shards in %s; hand-over gap median %s, max %s", n, drained, gaps[len(gaps)/2], gaps[len(gaps)-1])
+	t.Logf("drained %d shards in %s; hand-over gap median %s, max %s", owned, drained, gaps[len(gaps)/2], gaps[len(gaps)-1])
 	// The gap runs from the handler's handoff (before the lock is deleted)
 	// to the successor's acquisition, woken by the lock watch.
 	if med := gaps[len(gaps)/2]; med >= 100*time.Millisecond {
@@ -373,7 +383,86 @@ func TestDrainHandsOver(t *testing.T) {
 	if gaps[len(gaps)-1] > time.Second {
 		t.Errorf("a shard took %s to be picked up after its release", gaps[len(gaps)-1])
 	}
-	smp.finish(t)
+}
+
+// gatedRunnerWatch holds back the runners/ watch while shut, as a watch
+// stream that trails the lock stream would.
+type gatedRunnerWatch struct {
+	storage.RunnerStore
+	mu   sync.Mutex
+	gate chan struct{} // non-nil while shut; closed on opening
+}
+
+func (g *gatedRunnerWatch) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate == nil {
+		g.gate = make(chan struct{})
+	}
+}
+
+func (g *gatedRunnerWatch) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+}
+
+func (g *gatedRunnerWatch) WatchRunners(ctx context.Context) <-chan storage.RunnerEvent {
+	in := g.RunnerStore.WatchRunners(ctx)
+	out := make(chan storage.RunnerEvent)
+	go func() {
+		defer close(out)
+		for ev := range in {
+			g.mu.Lock()
+			gate := g.gate
+			g.mu.Unlock()
+			if gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// TestHandOverWhileRunnerViewLags: the successor's runners/ watch has not
+// delivered the drain's weight 0 when the releases arrive. A release by a
+// runner its view still assigns the shard to makes it read the runners at
+// once, so it takes every shard within milliseconds of its release, not
+// at the next safety pass (30 s away here).
+func TestHandOverWhileRunnerViewLags(t *testing.T) {
+	testenv.CheckLeaks(t)
+	cfg := testConfig()
+	cfg.RebalanceInterval = 30 * time.Second
+	c := newCluster(t, 16, cfg)
+	d := c.start("drainer", 1)
+	gate := &gatedRunnerWatch{}
+	heir := c.startWith("heir", 1, func(s storage.RunnerStore) storage.RunnerStore {
+		gate.RunnerStore = s
+		return gate
+	})
+	c.waitConverged(c.members(), 15*time.Second)
+	gate.shut()
+	defer gate.open()
+	n := len(d.mgr.Owned())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := d.mgr.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drained := time.Since(start)
+	testenv.WaitFor(t, "the heir to own every shard", 5*time.Second, func() bool { return len(heir.mgr.Owned()) == 16 })
+	checkHandOverGaps(t, c, d, start, n, drained)
 	c.ledger.checkNoOverlap(t)
 }
 
@@ -572,5 +661,67 @@ func TestMetaMismatchRefusesToStart(t *testing.T) {
 	}
 	if runners, _, _ := st.Runners(ctx); len(runners) != 0 {
 		t.Fatalf("the refused runner registered: %+v", runners)
+	}
+}
+
+// staleRunners serves, once armed, an old runner listing with its old
+// revision: a fresh read that raced a newer watch event.
+type staleRunners struct {
+	storage.RunnerStore
+	mu     sync.Mutex
+	list   []storage.RunnerInfo
+	rev    int64
+	served int
+}
+
+func (s *staleRunners) arm(list []storage.RunnerInfo, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.list, s.rev = list, rev
+}
+
+func (s *staleRunners) Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.list == nil {
+		return s.RunnerStore.Runners(ctx)
+	}
+	s.served++
+	return slices.Clone(s.list), s.rev, nil
+}
+
+func (s *staleRunners) servedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
+}
+
+// TestStaleListingKeepsNewerView: a runner listing older than what the
+// runners/ watch already delivered does not move the view back in time.
+// (It once did: a fresh read racing a join dropped the newcomer from the
+// view until the next safety pass, and the two runners fought over its
+// shards meanwhile.)
+func TestStaleListingKeepsNewerView(t *testing.T) {
+	testenv.CheckLeaks(t)
+	cfg := testConfig()
+	cfg.RebalanceInterval = time.Second // safety passes: fresh reads
+	c := newCluster(t, 16, cfg)
+	stale := &staleRunners{}
+	a := c.startWith("a", 1, func(s storage.RunnerStore) storage.RunnerStore {
+		stale.RunnerStore = s
+		return stale
+	})
+	c.waitConverged(c.members(), 10*time.Second)
+	before, rev, err := stale.RunnerStore.Runners(context.Background())
+	if err != nil || len(before) != 1 {
+		t.Fatalf("listing before the join: %v %v", before, err)
+	}
+	c.start("b", 1)
+	c.waitConverged(c.members(), 10*time.Second)
+	owned := len(a.mgr.Owned())
+	stale.arm(before, rev)
+	testenv.WaitFor(t, "two safety passes on the stale listing", 10*time.Second, func() bool { return stale.servedCount() >= 2 })
+	if st := a.mgr.Status(); st.Runners != 2 || len(st.Owned) != owned || len(st.Pending) != 0 {
+		t.Fatalf("after a stale listing: %d runners in the view, %d shards owned (was %d), %d pending", st.Runners, len(st.Owned), owned, len(st.Pending))
 	}
 }

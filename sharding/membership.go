@@ -12,6 +12,11 @@ import (
 func (m *Manager) watchRunners(ctx context.Context) {
 	for ev := range m.store.WatchRunners(ctx) {
 		m.mu.Lock()
+		if ev.Revision != 0 && ev.Revision <= m.runnersRev {
+			m.mu.Unlock()
+			continue // a listing at least as new already holds it
+		}
+		m.runnersRev = max(m.runnersRev, ev.Revision)
 		if ev.Kind == storage.EventPut && ev.Err == nil {
 			m.runners[ev.ID] = ev.Runner
 		} else {
@@ -37,9 +42,15 @@ func (m *Manager) watchLocks(ctx context.Context) {
 	}
 }
 
-// setRunners replaces the runner view with a fresh listing.
-func (m *Manager) setRunners(list []storage.RunnerInfo) {
+// setRunners replaces the runner view with a listing read at rev, unless
+// the view already reflects a later revision (rev 0: unknown, applied).
+func (m *Manager) setRunners(list []storage.RunnerInfo, rev int64) {
 	m.mu.Lock()
+	if rev != 0 && rev < m.runnersRev {
+		m.mu.Unlock()
+		return
+	}
+	m.runnersRev = max(m.runnersRev, rev)
 	clear(m.runners)
 	for _, r := range list {
 		m.runners[r.ID] = r
