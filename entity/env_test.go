@@ -314,6 +314,9 @@ type execution struct {
 	start, end             time.Time
 	cancelledAt            time.Time // when its context ended, if before end
 	err                    error
+	// ctx is the handler's context: whether it has ended can be read at
+	// once, before the AfterFunc setting cancelledAt has run.
+	ctx context.Context
 }
 
 // recorder logs every handler run with one clock.
@@ -327,7 +330,7 @@ func newRecorder() *recorder { return &recorder{} }
 
 // begin records a handler start and watches its context.
 func (r *recorder) begin(ctx context.Context, runner string, t *task.Task) *execution {
-	x := &execution{runner: runner, taskID: t.ID, entity: t.Entity, attempt: t.Attempt, start: time.Now()}
+	x := &execution{runner: runner, taskID: t.ID, entity: t.Entity, attempt: t.Attempt, start: time.Now(), ctx: ctx}
 	r.mu.Lock()
 	r.runs = append(r.runs, x)
 	r.mu.Unlock()
