@@ -12,6 +12,8 @@ import (
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/storage"
+
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // flakyObjects fails a number of Replace and Get calls on keys containing
@@ -97,13 +99,17 @@ func TestCommitSurvivesAnOutage(t *testing.T) {
 	if failed != 6 {
 		t.Fatalf("%d calls failed, want the 6 injected", failed)
 	}
-	ptrs, _, err := e.tasks.ListPointers(ctxFor(t, 5*time.Second), got.Shard, "", 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ptrs {
-		if p.ID == tk.ID {
-			t.Fatalf("the completed task's pointer %s is still there", p.Key)
+	// The pointer goes right after the completing write.
+	testenv.WaitFor(t, "the completed task's pointer to go", 10*time.Second, func() bool {
+		ptrs, _, err := e.tasks.ListPointers(ctxFor(t, 5*time.Second), got.Shard, "", 1000)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for _, p := range ptrs {
+			if p.ID == tk.ID {
+				return false
+			}
+		}
+		return true
+	})
 }
