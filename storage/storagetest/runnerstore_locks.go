@@ -3,6 +3,7 @@ package storagetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -154,12 +155,16 @@ func testConcurrentAcquire(t *testing.T, h RunnerStoreHarness) {
 
 // testHandoffByWatch: a runner waiting for a held shard acquires it within
 // 100ms of the holder's release, woken by the lock watch rather than a poll.
+// The bound applies to the median of the rounds (and every round must be
+// under a second), so that one round descheduled on a loaded machine does
+// not fail a property the other rounds show.
 func testHandoffByWatch(t *testing.T, h RunnerStoreHarness) {
 	ns := h.Namespace(t)
 	sa, sb := h.Open(t, ns), h.Open(t, ns)
 	a, b := register(t, sa, "holder", longTTL), register(t, sb, "waiter", longTTL)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
+	var gaps []time.Duration
 	for round := 0; round < 5; round++ {
 		sh := storage.ShardID{Group: "default", Index: round}
 		if res, _ := a.AcquireShards(ctx, []storage.ShardID{sh}); res[0].Status != storage.Acquired {
@@ -193,19 +198,26 @@ func testHandoffByWatch(t *testing.T, h RunnerStoreHarness) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the waiter's watch never listed the held lock")
 		}
+		released := time.Now() // the release call is counted in the gap
 		if err := a.ReleaseShard(ctx, sh); err != nil {
 			t.Fatal(err)
 		}
-		released := time.Now()
 		select {
 		case at := <-acquired:
-			if gap := at.Sub(released); gap > 100*time.Millisecond {
+			gap := at.Sub(released)
+			if gap > time.Second {
 				t.Fatalf("round %d: waiter acquired %s after the release; want ≤ 100ms", round, gap)
 			}
+			gaps = append(gaps, gap)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("round %d: waiter never acquired the released shard", round)
 		}
 	}
+	slices.Sort(gaps)
+	if med := gaps[len(gaps)/2]; med > 100*time.Millisecond {
+		t.Fatalf("waiter acquired a median %s after the release (rounds %v); want ≤ 100ms", med, gaps)
+	}
+	t.Logf("release → waiter acquired: %v", gaps)
 }
 
 func testVerifyDetectsDelete(t *testing.T, h RunnerStoreHarness) {
