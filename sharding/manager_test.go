@@ -238,28 +238,41 @@ func foreignHolder(t *testing.T, c *cluster, shards []storage.ShardID) storage.S
 	return ss
 }
 
-// TestReacquireWokenByWatch: with polling retries off, a shard held
-// elsewhere is acquired the moment its lock is deleted.
+// TestReacquireWokenByWatch: with polling retries off (and no safety pass
+// for a minute), a shard held elsewhere is acquired the moment its lock is
+// deleted: each within a second, the median within 100 ms.
 func TestReacquireWokenByWatch(t *testing.T) {
 	cfg := testConfig()
 	cfg.AcquireRetryWindow = 0
 	cfg.RebalanceInterval = time.Minute
-	c := newCluster(t, 2, cfg)
-	all := []storage.ShardID{{Group: "default", Index: 0}, {Group: "default", Index: 1}}
+	const n = 5
+	c := newCluster(t, n, cfg)
+	var all []storage.ShardID
+	for i := range n {
+		all = append(all, storage.ShardID{Group: "default", Index: i})
+	}
 	holder := foreignHolder(t, c, all)
 	r := c.start("waiter", 1)
-	testenv.WaitFor(t, "both shards pending", 10*time.Second, func() bool { return len(r.mgr.Status().Pending) == 2 })
+	testenv.WaitFor(t, "every shard pending", 10*time.Second, func() bool { return len(r.mgr.Status().Pending) == n })
+	var gaps []time.Duration
 	for _, s := range all {
+		released := time.Now() // the release call is counted in the gap
 		if err := holder.ReleaseShard(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
-		released := time.Now()
 		testenv.WaitFor(t, "acquisition of "+s.String(), 5*time.Second, func() bool {
 			return slices.ContainsFunc(r.mgr.Owned(), func(o Ownership) bool { return o.Shard == s })
 		})
-		if gap := time.Since(released); gap > 100*time.Millisecond {
+		gap := time.Since(released)
+		if gap > time.Second {
 			t.Errorf("shard %s acquired %s after its release; want ≤ 100ms (watch-driven)", s, gap)
 		}
+		gaps = append(gaps, gap)
+	}
+	slices.Sort(gaps)
+	t.Logf("release → acquired: %v", gaps)
+	if med := gaps[len(gaps)/2]; med > 100*time.Millisecond {
+		t.Errorf("median release → acquisition %s; want ≤ 100ms (watch-driven)", med)
 	}
 	if v := testutil.ToFloat64(r.mgr.metrics.acquireRetries); v != 0 {
 		t.Fatalf("acquire_retry_attempts_total = %v with retries disabled", v)
