@@ -256,8 +256,13 @@ func (m *Manager) Status() Status {
 	if m.session != nil {
 		st.LeaseID = m.session.LeaseID()
 	}
-	for _, o := range m.owned {
-		st.Owned = append(st.Owned, o.Ownership)
+	// Between the machine's detach and the manager's handling of it the
+	// owned set still holds contexts that are already cancelled: a
+	// detached runner owns nothing, whatever the set says.
+	if st.Attached {
+		for _, o := range m.owned {
+			st.Owned = append(st.Owned, o.Ownership)
+		}
 	}
 	slices.SortFunc(st.Owned, func(a, b Ownership) int { return cmpShard(a.Shard, b.Shard) })
 	st.Assigned = m.assignment.ShardsOf(m.self.ID)
