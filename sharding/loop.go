@@ -395,16 +395,10 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 	// view trails the runners/ watch (a drain's weight 0, a departed
 	// runner's record): read the runners now instead of waiting for the
 	// debounced pass, so that the successor takes the shard within one
-	// etcd round trip of its release. So does the release of a lock we
-	// never saw taken (the lock stream trails too) that our view gives
-	// to someone else: the cost is one read.
+	// etcd round trip of its release.
 	stale := false
 	for _, ev := range events {
-		if ev.Kind != storage.EventDelete {
-			continue
-		}
-		h, held := m.holders[ev.Shard]
-		if a := m.assignment[ev.Shard]; a != m.self.ID && (!held || (h != m.self.ID && a == h)) {
+		if h, held := m.holders[ev.Shard]; ev.Kind == storage.EventDelete && held && h != m.self.ID && m.assignment[ev.Shard] == h {
 			stale = true
 		}
 	}
@@ -437,17 +431,39 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 	}
 	m.mu.Unlock()
 	m.notify.deliver()
-	switch {
-	case stale:
-		m.rebalance(ctx, true)
-	case rebalance:
+	if rebalance {
 		m.debounce.call()
-		fallthrough
-	default:
-		if len(wanted) > 0 {
-			m.acquireWanted(ctx, false, wanted...)
+	}
+	if stale {
+		// Only free shards are taken here; releases wait for the debounced
+		// pass, which sees a settled view (releasing on a transient one
+		// makes shards flap).
+		wanted = m.refreshForFreeShards(ctx)
+	}
+	if len(wanted) > 0 {
+		m.acquireWanted(ctx, false, wanted...)
+	}
+}
+
+// refreshForFreeShards re-reads the runners and returns the shards the new
+// assignment gives us that no one holds.
+func (m *Manager) refreshForFreeShards(ctx context.Context) []storage.ShardID {
+	runners, rev, err := m.store.Runners(ctx)
+	m.storageResult("runners", err)
+	if err != nil && !errors.Is(err, storage.ErrCorrupt) {
+		return nil
+	}
+	m.setRunners(runners, rev)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var free []storage.ShardID
+	for s, r := range m.assignment {
+		if _, own := m.owned[s]; r == m.self.ID && !own && m.holders[s] == "" {
+			free = append(free, s)
 		}
 	}
+	slices.SortFunc(free, cmpShard)
+	return free
 }
 
 // probe makes a cheap read while detached, so a healthy store keeps sending
