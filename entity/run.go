@@ -620,13 +620,8 @@ func (e *shardExec) orphan(it *item) {
 		e.dropPointer(e.ctx, it)
 		return
 	}
-	// Look again shortly rather than at the next reconciliation: the
-	// submission's wake-up may already have come and gone while this
-	// pointer was being looked at, and been ignored as a duplicate.
-	e.retryLater(it, errOrphanPointer)
+	e.forget(it.ptr.ID) // the next reconciliation looks again
 }
-
-var errOrphanPointer = errors.New("entity: ready pointer without a task object yet")
 
 // dropPointer deletes a pointer that has served its purpose.
 func (e *shardExec) dropPointer(ctx context.Context, it *item) {
