@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -143,6 +144,26 @@ func launch(cfg *embed.Config, timeout time.Duration) (*Etcd, error) {
 // data in dir/member-<i>, on free loopback ports. It is for tests that need
 // quorum loss: stopping a majority leaves the rest without a leader.
 func StartEtcdCluster(dir string, n int, logger *zap.Logger) ([]*Etcd, error) {
+	// Free ports are picked by listening and closing: another process can
+	// take one before the member binds it. Such a start is retried with new
+	// ports (and a fresh directory, since members may have written one).
+	var err error
+	for try := 0; try < 3; try++ {
+		var ms []*Etcd
+		ms, err = startEtcdCluster(fmt.Sprintf("%s/try-%d", dir, try), n, logger)
+		if err == nil || !addrInUse(err) {
+			return ms, err
+		}
+	}
+	return nil, err
+}
+
+// addrInUse reports whether err is a bind failure on a taken port.
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func startEtcdCluster(dir string, n int, logger *zap.Logger) ([]*Etcd, error) {
 	if n < 1 {
 		return nil, errors.New("embedded: etcd cluster needs at least one member")
 	}
