@@ -137,11 +137,33 @@ func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 	}
 	// Delivery is at least once: a run whose commit could not be made
 	// before its shard moved is run again by the next owner. With no fault
-	// and no rebalancing, that should not happen at all.
+	// and no rebalancing that does not happen at all; but on a loaded
+	// machine a keep-alive may time out, and the runner then detaches as it
+	// must, so a run cut off by that detach is repeated. A repeat is
+	// accepted only after a detach was published.
+	firstDetach := e.firstDetach()
+	reruns := 0
 	for id, n := range perTask {
-		if n != 1 {
-			t.Errorf("task %s ran %d times", id, n)
+		if n == 1 {
+			continue
 		}
+		reruns++
+		if firstDetach.IsZero() {
+			t.Errorf("task %s ran %d times, and no runner detached", id, n)
+			continue
+		}
+		last := time.Time{}
+		for _, x := range runs {
+			if x.taskID == id && x.start.After(last) {
+				last = x.start
+			}
+		}
+		if last.Before(firstDetach) {
+			t.Errorf("task %s ran %d times, the last at %s, before the first detach at %s", id, n, last.Format("05.000000"), firstDetach.Format("05.000000"))
+		}
+	}
+	if !firstDetach.IsZero() {
+		t.Logf("a runner detached at %s (%v); %d tasks ran again after it", firstDetach.Format("05.000000"), e.detachReasons(), reruns)
 	}
 	checkEntityOrder(t, runs, submitted)
 	var odd *task.Task

@@ -213,6 +213,36 @@ func (n *node) detaches() []detachment.Transition {
 	return out
 }
 
+// firstDetach is the time of the first detach of any runner of the env,
+// zero if none detached.
+func (e *env) firstDetach() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var first time.Time
+	for _, n := range e.nodes {
+		for _, tr := range n.detaches() {
+			if first.IsZero() || tr.At.Before(first) {
+				first = tr.At
+			}
+		}
+	}
+	return first
+}
+
+// detachReasons lists every runner's detaches, for the log.
+func (e *env) detachReasons() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, n := range e.nodes {
+		for _, tr := range n.detaches() {
+			out = append(out, fmt.Sprintf("%s: %v at %s (%v)", n.id, tr.Reason, tr.At.Format("05.000000"), tr.Err))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (e *env) members() []*node {
 	e.mu.Lock()
 	defer e.mu.Unlock()
