@@ -66,10 +66,6 @@ func (f *flakyObjects) Get(ctx context.Context, key string) (storage.Object, err
 // mistaken its own unsaved change for the stored state).
 func TestCommitSurvivesAnOutage(t *testing.T) {
 	e := newEnv(t, 2)
-	// A submission whose pointer is listed before its object exists can
-	// miss its wake-up and wait for reconciliation (a known gap, see the
-	// orphan handling in run.go): keep that wait short here.
-	e.ecfg.ReconcileInterval = 2 * time.Second
 	flaky := &flakyObjects{}
 	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
 		flaky.ObjectStore = s

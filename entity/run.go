@@ -80,7 +80,9 @@ func (e *shardExec) process(it *item, box *mailbox) {
 		t, etag, err := e.h.tasks.Load(ctx, e.own.Shard, id)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			e.orphan(it)
+			if e.orphan(it) {
+				continue
+			}
 			return
 		case errors.Is(err, task.ErrCorrupt):
 			e.failCorrupt(ctx, it, t, etag, err)
@@ -91,6 +93,7 @@ func (e *shardExec) process(it *item, box *mailbox) {
 		}
 		e.mu.Lock()
 		delete(e.orphans, id)
+		delete(e.rewoken, id)
 		e.mu.Unlock()
 		if t.PointerKey() != it.ptr.Key || t.Status.IsTerminal() {
 			// The task moved on (finished, retried under a new pointer,
@@ -603,29 +606,36 @@ func (e *shardExec) retryLater(it *item, err error) {
 
 // orphan handles a pointer whose task object does not exist: young, it may
 // be a submission in progress (the pointer is written first); old, it is
-// deleted.
-func (e *shardExec) orphan(it *item) {
+// deleted. It reports whether to look again at once: a wake-up for the
+// pointer came while it was being looked at, and a submitter wakes the
+// owner only after writing the object, so the object exists now. Looking
+// again in place keeps the task's place at the head of its entity's
+// mailbox; a wake-up that comes after this is queued as usual, the pointer
+// being forgotten under the same lock that checks for one.
+func (e *shardExec) orphan(it *item) (again bool) {
+	id := it.ptr.ID
 	e.mu.Lock()
-	first, seen := e.orphans[it.ptr.ID]
+	if e.rewoken[id] {
+		delete(e.rewoken, id)
+		e.mu.Unlock()
+		return true
+	}
+	first, seen := e.orphans[id]
 	if !seen {
-		e.orphans[it.ptr.ID] = time.Now()
+		e.orphans[id] = time.Now()
 		first = time.Now()
 	}
-	old := time.Since(first) >= e.h.cfg.OrphanPointerAge
-	if old {
-		delete(e.orphans, it.ptr.ID)
+	if time.Since(first) < e.h.cfg.OrphanPointerAge {
+		// The submission's wake-up, or failing that the next
+		// reconciliation, brings it back.
+		delete(e.known, id)
+		e.mu.Unlock()
+		return false
 	}
+	delete(e.orphans, id)
 	e.mu.Unlock()
-	if old {
-		e.dropPointer(e.ctx, it)
-		return
-	}
-	// The next reconciliation looks again. (Known gap: if the submission's
-	// wake-up arrived while this pointer was being looked at, it was
-	// ignored as a duplicate, and the task waits for that reconciliation.
-	// Re-looking within a second closes the gap but let an entity's later
-	// tasks overtake this one; the fix must keep the mailbox order.)
-	e.forget(it.ptr.ID)
+	e.dropPointer(e.ctx, it)
+	return false
 }
 
 // dropPointer deletes a pointer that has served its purpose.

@@ -46,7 +46,11 @@ type shardExec struct {
 	running  int
 	inflight map[string]*attempt
 	orphans  map[string]time.Time // pointers without a task object: when first seen
-	workers  sync.WaitGroup
+	// rewoken holds the known, not running tasks that a wake-up named: a
+	// pointer found without its object looks again at once if its
+	// submission's wake-up came meanwhile (see orphan).
+	rewoken map[string]bool
+	workers sync.WaitGroup
 }
 
 // unit is what one worker runs: one entity-less task, or the head of a
@@ -82,6 +86,7 @@ func newShardExec(h *Host, o sharding.Ownership) *shardExec {
 		boxes:    map[string]*mailbox{},
 		inflight: map[string]*attempt{},
 		orphans:  map[string]time.Time{},
+		rewoken:  map[string]bool{},
 	}
 }
 
@@ -187,6 +192,11 @@ func (e *shardExec) onWake(note string) {
 		a.poke()
 		return
 	}
+	if e.known[p.ID] {
+		e.rewoken[p.ID] = true
+		e.mu.Unlock()
+		return
+	}
 	e.mu.Unlock()
 	e.add(p)
 }
@@ -240,6 +250,7 @@ func (e *shardExec) forget(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.known, id)
+	delete(e.rewoken, id)
 }
 
 // dispatch moves due pointers to their mailboxes and starts what the slots
