@@ -408,9 +408,13 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 		}
 		if ev.Kind == storage.EventDelete {
 			delete(m.suspended, ev.Shard)
+			if h := m.holders[ev.Shard]; h != "" {
+				m.freedBy[ev.Shard] = h
+			}
 			delete(m.holders, ev.Shard)
 		} else if ev.Err == nil {
 			m.holders[ev.Shard] = ev.Lock.RunnerID
+			delete(m.freedBy, ev.Shard)
 		}
 	}
 	// The holders feed the assignment: recompute it before deciding.
@@ -427,6 +431,20 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 		}
 		if ev.Kind == storage.EventDelete && !own && m.assignment[ev.Shard] == m.self.ID {
 			wanted = append(wanted, ev.Shard)
+		}
+	}
+	// A shard freed by a departing runner while our view gave it to another
+	// successor can be ours in a later view: successors see each other's
+	// acquisitions at different moments, place the free shards by
+	// different counts, and may each give such a shard to the other. Take
+	// it as soon as our view says it is ours, not at the next rebalance.
+	// Only shards whose last holder is leaving (drained or gone) qualify:
+	// one released by a live runner during a join is in transit to the
+	// newcomer, and taking it on a transient view would make it flap.
+	// Pending shards keep to their retry window.
+	for _, s := range m.freeShardsLocked(false, true) {
+		if !slices.Contains(wanted, s) {
+			wanted = append(wanted, s)
 		}
 	}
 	m.mu.Unlock()
@@ -456,11 +474,36 @@ func (m *Manager) refreshForFreeShards(ctx context.Context) []storage.ShardID {
 	m.setRunners(runners, rev)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.freeShardsLocked(true, false)
+}
+
+// leavingLocked reports whether runner id, a shard's last holder, is
+// leaving in our view: drained (weight 0) or no longer registered. Under mu.
+func (m *Manager) leavingLocked(id string) bool {
+	if id == "" || id == m.self.ID {
+		return false
+	}
+	r, ok := m.runners[id]
+	return !ok || !(r.Weight > 0)
+}
+
+// freeShardsLocked returns, sorted, the shards assigned to us that no one
+// holds in our view and we do not own; pending ones only when withPending;
+// with fromLeaving, only those last held by a runner that is leaving (see
+// leavingLocked). Under mu.
+func (m *Manager) freeShardsLocked(withPending, fromLeaving bool) []storage.ShardID {
 	var free []storage.ShardID
 	for s, r := range m.assignment {
-		if _, own := m.owned[s]; r == m.self.ID && !own && m.holders[s] == "" {
-			free = append(free, s)
+		if r != m.self.ID || m.holders[s] != "" || (fromLeaving && !m.leavingLocked(m.freedBy[s])) {
+			continue
 		}
+		if _, own := m.owned[s]; own {
+			continue
+		}
+		if _, pending := m.pending[s]; pending && !withPending {
+			continue
+		}
+		free = append(free, s)
 	}
 	slices.SortFunc(free, cmpShard)
 	return free

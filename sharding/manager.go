@@ -59,6 +59,9 @@ type Manager struct {
 	// added), so it is ignored.
 	runnersRev int64
 	holders    Assignment // shard → holder's runner id, from the lock watch
+	// freedBy maps a shard whose lock is gone to the runner that held it,
+	// until the shard is locked again (see onLockEvents).
+	freedBy    Assignment
 	assignment Assignment
 	running    bool
 }
@@ -139,6 +142,7 @@ func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.Cluste
 		pending:       map[storage.ShardID]*pendingShard{},
 		runners:       map[string]storage.RunnerInfo{},
 		holders:       Assignment{},
+		freedBy:       Assignment{},
 	}
 	m.debounce = &debouncer{delay: cfg.RebalanceDebounce, t: m.rebalanceSoon}
 	m.metrics = newMetrics(o.registry, m.deadlineLag)
