@@ -391,6 +391,20 @@ func (r *recorder) finish(x *execution, err error) {
 	r.mu.Unlock()
 }
 
+// finishedTasks counts the tasks with at least one run that ended without
+// an error.
+func (r *recorder) finishedTasks() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := make(map[string]bool, len(r.runs))
+	for _, x := range r.runs {
+		if !x.end.IsZero() && x.err == nil {
+			done[x.taskID] = true
+		}
+	}
+	return len(done)
+}
+
 func (r *recorder) all() []execution {
 	r.mu.Lock()
 	defer r.mu.Unlock()
