@@ -94,7 +94,10 @@ func TestOrphanWokenWhileLookedAt(t *testing.T) {
 	ran := make(chan struct{}, 1)
 	n := e.start("solo", func(n *node, h *Host) {
 		if err := h.RegisterFunc("late", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
-			ran <- struct{}{}
+			select {
+			case ran <- struct{}{}:
+			default: // a second run does not block the handler
+			}
 			return nil, nil
 		}); err != nil {
 			t.Fatal(err)

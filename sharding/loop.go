@@ -442,7 +442,7 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 	// one released by a live runner during a join is in transit to the
 	// newcomer, and taking it on a transient view would make it flap.
 	// Pending shards keep to their retry window.
-	for _, s := range m.freeShardsLocked(false, true) {
+	for _, s := range m.freedByLeavingLocked() {
 		if !slices.Contains(wanted, s) {
 			wanted = append(wanted, s)
 		}
@@ -474,39 +474,38 @@ func (m *Manager) refreshForFreeShards(ctx context.Context) []storage.ShardID {
 	m.setRunners(runners, rev)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.freeShardsLocked(true, false)
-}
-
-// leavingLocked reports whether runner id, a shard's last holder, is
-// leaving in our view: drained (weight 0) or no longer registered. Under mu.
-func (m *Manager) leavingLocked(id string) bool {
-	if id == "" || id == m.self.ID {
-		return false
-	}
-	r, ok := m.runners[id]
-	return !ok || !(r.Weight > 0)
-}
-
-// freeShardsLocked returns, sorted, the shards assigned to us that no one
-// holds in our view and we do not own; pending ones only when withPending;
-// with fromLeaving, only those last held by a runner that is leaving (see
-// leavingLocked). Under mu.
-func (m *Manager) freeShardsLocked(withPending, fromLeaving bool) []storage.ShardID {
 	var free []storage.ShardID
 	for s, r := range m.assignment {
-		if r != m.self.ID || m.holders[s] != "" || (fromLeaving && !m.leavingLocked(m.freedBy[s])) {
-			continue
+		if _, own := m.owned[s]; r == m.self.ID && !own && m.holders[s] == "" {
+			free = append(free, s)
 		}
-		if _, own := m.owned[s]; own {
-			continue
-		}
-		if _, pending := m.pending[s]; pending && !withPending {
-			continue
-		}
-		free = append(free, s)
 	}
 	slices.SortFunc(free, cmpShard)
 	return free
+}
+
+// freedByLeavingLocked returns, sorted, the free shards the assignment
+// gives us, that we do not own and are not retrying (pending), whose last
+// holder is leaving in our view: drained (weight 0) or no longer
+// registered. It looks only at freedBy, which holds just the shards whose
+// lock is gone, so it stays cheap on every lock event. Under mu.
+func (m *Manager) freedByLeavingLocked() []storage.ShardID {
+	var out []storage.ShardID
+	for s, last := range m.freedBy {
+		if m.assignment[s] != m.self.ID || m.holders[s] != "" || last == m.self.ID {
+			continue
+		}
+		if r, registered := m.runners[last]; registered && r.Weight > 0 {
+			continue // a live runner's release: in transit to a newcomer
+		}
+		_, own := m.owned[s]
+		_, pending := m.pending[s]
+		if !own && !pending {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, cmpShard)
+	return out
 }
 
 // probe makes a cheap read while detached, so a healthy store keeps sending
