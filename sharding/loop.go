@@ -395,13 +395,10 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 	// view trails the runners/ watch (a drain's weight 0, a departed
 	// runner's record): read the runners now instead of waiting for the
 	// debounced pass, so that the successor takes the shard within one
-	// etcd round trip of its release.
+	// etcd round trip of its release. The holder is the one just before
+	// the delete, so a batch that also carries the lock's put (a watch
+	// that started late) counts too.
 	stale := false
-	for _, ev := range events {
-		if h, held := m.holders[ev.Shard]; ev.Kind == storage.EventDelete && held && h != m.self.ID && m.assignment[ev.Shard] == h {
-			stale = true
-		}
-	}
 	for _, ev := range events {
 		if ev.Err != nil {
 			m.log.Error("undecodable shard lock record", "shard", ev.Shard.String(), "err", ev.Err)
@@ -410,6 +407,9 @@ func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
 			delete(m.suspended, ev.Shard)
 			if h := m.holders[ev.Shard]; h != "" {
 				m.freedBy[ev.Shard] = h
+				if h != m.self.ID && m.assignment[ev.Shard] == h {
+					stale = true
+				}
 			}
 			delete(m.holders, ev.Shard)
 		} else if ev.Err == nil {
