@@ -1,6 +1,9 @@
 package detachment
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // The decision: what enforce mode does. Every function here runs with m.mu
 // held; changes of the decision reconcile the attachment at once, so that a
@@ -11,6 +14,7 @@ import "time"
 func (m *Machine) decideAttach(now time.Time) {
 	ended := m.dReason
 	m.dAttached, m.dReason, m.dErr = true, "", nil
+	m.dctx, m.dcancel = context.WithCancelCause(context.Background())
 	m.everAttached = true
 	m.forced = false // the decision recovered: an explicit Detach is over
 	m.closeWindow()
@@ -29,6 +33,9 @@ func (m *Machine) decideDetach(now time.Time, reason Reason, err error) {
 		return
 	}
 	m.dAttached, m.dReason, m.dErr = false, reason, err
+	// Before the attachment: work bound to the decision stops with it, in
+	// every mode (see Enforcement).
+	m.dcancel(&DetachedError{Reason: reason, Generation: m.generation, At: now, Err: err})
 	m.disarm(&m.deadlineT)
 	if !m.reconcile(now) && m.cfg.Mode == ModeObserve {
 		m.emit(now, WouldDetach, reason, err)

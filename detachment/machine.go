@@ -51,6 +51,11 @@ type Machine struct {
 	forced       bool
 	forcedReason Reason
 
+	// The decision context: live while the decision is attached, in every
+	// mode; see Enforcement.
+	dctx    context.Context
+	dcancel context.CancelCauseFunc
+
 	// The attachment.
 	attached   bool
 	reason     Reason
@@ -97,6 +102,7 @@ func New(cfg Config, leaseTTL time.Duration, opts ...Option) (*Machine, error) {
 	m.since = m.clock.Now()
 	m.ctx, m.cancel = context.WithCancelCause(context.Background())
 	m.cancel(&DetachedError{Reason: ReasonStarting, At: m.since})
+	m.dctx, m.dcancel = m.ctx, m.cancel
 	return m, nil
 }
 

@@ -30,17 +30,29 @@ type Config struct {
 	// MaxResident caps the resident entity instances of the runner; beyond
 	// it the least recently used idle ones are passivated. Default 10000.
 	MaxResident int
-	// TakeoverImmediately reclaims a task left running by a previous owner
-	// as soon as the shard is acquired. That is safe only when every runner
-	// enforces detachment (the previous owner stopped before its lock could
-	// go); otherwise the claim's lease must expire first. Default true.
-	TakeoverImmediately bool
+	// InterruptTimeout is how long, after a shard's work is interrupted
+	// (detachment, lock loss, stop), its handlers have to return before
+	// those still running are counted (tenure_tasks_interrupt_overruns_total)
+	// and named in the log. A planned release waits for them the same way,
+	// bounded by the sharding interrupt timeout. Set it to the sharding
+	// InterruptTimeout. Default 5s.
+	InterruptTimeout time.Duration
 	// HookTimeout bounds an entity's OnStart and OnStop. Default 10s.
 	HookTimeout time.Duration
 	// OrphanPointerAge is how old a ready pointer whose task object does not
 	// exist must be before it is deleted: the submitter writes the pointer
 	// first, so a young one may be a submission in progress. Default 5m.
 	OrphanPointerAge time.Duration
+	// OrphanWait is how long a ready pointer found without its task object
+	// is looked at again, with backoff from 100ms, while it keeps its place
+	// at the head of its entity's mailbox: the submitter writes the object
+	// right after the pointer, so the object normally shows up within
+	// milliseconds and the task must not wait for the next reconciliation.
+	// Past OrphanWait the submission is taken to have failed: the entity's
+	// later tasks go ahead, and the pointer is deleted once it is
+	// OrphanPointerAge old (or run, if its object and wake-up still come).
+	// Default 10s.
+	OrphanWait time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -52,9 +64,10 @@ func DefaultConfig() Config {
 		MaxConcurrentPerRunner: 256,
 		MaxIdle:                60 * time.Second,
 		MaxResident:            10000,
-		TakeoverImmediately:    true,
+		InterruptTimeout:       5 * time.Second,
 		HookTimeout:            10 * time.Second,
 		OrphanPointerAge:       5 * time.Minute,
+		OrphanWait:             10 * time.Second,
 	}
 }
 
@@ -87,6 +100,12 @@ func (c Config) Validate() error {
 	}
 	if c.OrphanPointerAge < time.Second {
 		bad("OrphanPointerAge", c.OrphanPointerAge, "must be ≥ 1s")
+	}
+	if c.OrphanWait <= 0 || c.OrphanWait > c.OrphanPointerAge {
+		bad("OrphanWait", c.OrphanWait, fmt.Sprintf("must be in (0, OrphanPointerAge %s]", c.OrphanPointerAge))
+	}
+	if c.InterruptTimeout <= 0 {
+		bad("InterruptTimeout", c.InterruptTimeout, "must be > 0")
 	}
 	return errors.Join(errs...)
 }

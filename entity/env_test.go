@@ -81,6 +81,7 @@ func testEntityConfig() Config {
 	cfg := DefaultConfig()
 	cfg.TaskLease = 3 * time.Second
 	cfg.HookTimeout = 2 * time.Second
+	cfg.InterruptTimeout = 2 * time.Second // the sharding config's
 	return cfg
 }
 

@@ -34,12 +34,23 @@ type Host struct {
 	waiting  map[*shardExec]struct{} // executors waiting for a runner slot
 	lease    int64                   // the runner lease of the latest ownership
 	closed   bool
+	// active holds the attempts whose handler or commit is under way, by
+	// task key, across ownerships: a handler that ignores its interruption
+	// may outlive its ownership, and the same task must not start again
+	// here while it runs.
+	active   map[string]*attempt
+	// execs holds every executor until everything it started has
+	// returned, its ownership live or ended.
+	execs    map[*shardExec]struct{}
 	wg       sync.WaitGroup // executors, including those winding down
 	resident residents
 	stop     chan struct{}
 }
 
-var _ sharding.Handler = (*Host)(nil)
+var (
+	_ sharding.Handler  = (*Host)(nil)
+	_ sharding.Quiescer = (*Host)(nil)
+)
 
 // Option configures a Host.
 type Option func(*hostOptions)
@@ -90,6 +101,8 @@ func NewHost(tasks *task.Store, wakes storage.RunnerStore, runnerID string, cfg 
 		slots:    make(chan struct{}, cfg.MaxConcurrentPerRunner),
 		shards:   map[storage.ShardID]*shardExec{},
 		waiting:  map[*shardExec]struct{}{},
+		active:   map[string]*attempt{},
+		execs:    map[*shardExec]struct{}{},
 		stop:     make(chan struct{}),
 	}
 	h.resident.init()
@@ -124,28 +137,36 @@ func (h *Host) ShardAcquired(o sharding.Ownership) {
 	h.lease = o.LeaseID
 	e := newShardExec(h, o)
 	h.shards[o.Shard] = e
+	h.execs[e] = struct{}{}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		e.run()
+		h.mu.Lock()
+		delete(h.execs, e)
+		h.mu.Unlock()
 	}()
 }
 
 // ShardReleasing hands the shard over: its handlers have been cancelled; it
-// waits for them (bounded by ctx), puts their tasks back to pending while
-// the lock is still held, and stops the shard's entities.
+// waits for them (bounded by ctx), commits what they finished and puts the
+// rest back to pending, and runs the entities' OnStop hooks, all while the
+// lock is still held, so that the successor sees every effect. Handlers
+// still running when ctx ends are counted and named; their tasks are left
+// to the successor's takeover.
 func (h *Host) ShardReleasing(ctx context.Context, o sharding.Ownership) {
 	e := h.take(o)
 	if e == nil {
 		return
 	}
 	e.decide(ctx, true)
-	e.waitStopped(ctx)
+	e.waitStopped(ctx, string(sharding.LossReleased))
 }
 
 // ShardLost abandons the shard: its handlers have been cancelled; their
-// tasks are left to the next owner's takeover. It does not wait: the
-// executor winds down in the background.
+// tasks are left to the next owner's takeover. It does not block: the
+// executor winds down in the background, and handlers still running after
+// Config.InterruptTimeout are counted and named.
 func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
 	e := h.take(o)
 	if e == nil {
@@ -153,6 +174,59 @@ func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
 	}
 	h.log.Debug("shard lost; abandoning its tasks to takeover", "shard", o.Shard.String(), "reason", reason)
 	e.decide(nil, false)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		e.awaitInterrupt(string(reason))
+	}()
+}
+
+// Quiesce returns once the work of every ownership that has ended (and of
+// every live one: call it after the manager has ended them) has returned,
+// or when ctx ends. The manager calls it on stop before revoking its lease.
+func (h *Host) Quiesce(ctx context.Context) {
+	h.mu.Lock()
+	execs := make([]*shardExec, 0, len(h.execs))
+	for e := range h.execs {
+		execs = append(execs, e)
+	}
+	h.mu.Unlock()
+	for _, e := range execs {
+		select {
+		case <-e.stopped:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// activate records that an attempt of task key is under way here; it
+// reports false if one already is (a handler that outlived its ownership).
+func (h *Host) activate(key string, a *attempt) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, busy := h.active[key]; busy {
+		return false
+	}
+	h.active[key] = a
+	return true
+}
+
+// deactivate ends what activate recorded.
+func (h *Host) deactivate(key string, a *attempt) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.active[key] == a {
+		delete(h.active, key)
+	}
+}
+
+// isActive reports whether an attempt of task key is under way here.
+func (h *Host) isActive(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, busy := h.active[key]
+	return busy
 }
 
 // take removes the executor of o's ownership.

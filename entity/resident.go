@@ -94,16 +94,16 @@ func (r *residents) passivateIdle(h *Host, before time.Time) {
 	}
 }
 
-// stopInstance runs an instance's OnStop, bounded by the hook timeout and
-// guarded against panics.
-func (h *Host) stopInstance(in *instance, reason StopReason) {
+// stopInstance runs an instance's OnStop under ctx, bounded by the hook
+// timeout and guarded against panics.
+func (h *Host) stopInstance(ctx context.Context, in *instance, reason StopReason) {
 	h.resident.remove(h, in)
 	h.metrics.passivations.WithLabelValues(string(reason)).Inc()
 	s, ok := in.ent.(Stopper)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.HookTimeout)
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.HookTimeout)
 	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {

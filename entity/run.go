@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -24,16 +25,22 @@ var (
 	errClaimLost       = errors.New("entity: task claim lost: another runner owns the task now")
 	errLeaseExpiring   = errors.New("entity: task claim could not be renewed before it expires")
 	errTimeout         = errors.New("entity: task attempt timed out")
+	// errEnforcedStop: the attempt was claimed while the runner enforced
+	// detachment, and the runner's detachment decision has detached since:
+	// the claim promised to stop before the lease can expire, whatever
+	// the runner's mode is now.
+	errEnforcedStop = errors.New("entity: the runner's detachment decision detached; the attempt was claimed under enforcement and stops")
 )
 
 // attempt is one running task: its latest known object, for renewals and
 // the commit.
 type attempt struct {
-	mu     sync.Mutex
-	t      *task.Task
-	etag   string
-	pokec  chan struct{}
-	cancel context.CancelCauseFunc
+	mu      sync.Mutex
+	t       *task.Task
+	etag    string
+	pokec   chan struct{}
+	cancel  context.CancelCauseFunc
+	started time.Time // when the handler was called
 }
 
 // poke makes the renewal loop re-read the task now (a cancel request).
@@ -77,10 +84,16 @@ func (e *shardExec) process(it *item, box *mailbox) {
 			e.retryLater(it, err)
 			return
 		}
+		if e.h.isActive(e.taskKey(id)) {
+			// An earlier ownership's handler of this task ignores its
+			// interruption and still runs here: never a second run.
+			e.requeue(it, now.Latest().Add(500*time.Millisecond))
+			return
+		}
 		t, etag, err := e.h.tasks.Load(ctx, e.own.Shard, id)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			if e.orphan(it) {
+			if e.orphan(it, now) {
 				continue
 			}
 			return
@@ -101,11 +114,17 @@ func (e *shardExec) process(it *item, box *mailbox) {
 			e.dropPointer(ctx, it)
 			return
 		}
+		// What this claim may promise: read now, bound to the attempt in
+		// execute (see detachment.Enforcement).
+		enf := e.enforcement()
+		ci.Enforced = enf.Enforced
 		switch t.Status {
 		case task.Running:
 			c := t.Claim
 			if c != nil && c.Epoch > e.own.Epoch {
-				e.forget(id) // a newer owner has it: we are about to lose the shard
+				// A newer owner has it: we are about to lose the shard.
+				// The entity's later tasks wait with it.
+				e.requeue(it, now.Latest().Add(time.Second))
 				return
 			}
 			var terr error
@@ -117,14 +136,23 @@ func (e *shardExec) process(it *item, box *mailbox) {
 				// Claimed by this runner and epoch before a detachment whose
 				// handlers are gone: put it back and claim it afresh.
 				terr = t.Requeue(now.Now, "orphaned by an earlier attachment of the same owner")
-			case c != nil && !e.h.cfg.TakeoverImmediately && now.Earliest().Before(c.LeaseExpiresAt):
-				// The previous owner may still run it: wait out its claim.
-				e.requeue(it, c.LeaseExpiresAt)
+			case c != nil && !c.Enforced && now.Earliest().Before(c.LeaseExpiresAt):
+				// Its holder did not promise to stop before its lease
+				// expires (observe or off mode, or an older runner): it
+				// may still run it, cut off from etcd but not from S3.
+				// Wait out the claim in S3 time; the holder's renewals
+				// push it further for as long as it runs.
+				e.requeue(it, c.LeaseExpiresAt.Add(now.Latest().Sub(now.Earliest())))
 				return
 			default:
 				reason := "left running by a previous owner"
 				if c != nil {
 					reason = fmt.Sprintf("left running by %s at epoch %d (now %d)", c.RunnerID, c.Epoch, e.own.Epoch)
+					if c.Enforced {
+						reason += ", which enforced detachment"
+					} else {
+						reason += ", claim lapsed"
+					}
 				}
 				terr = t.TakeOver(now.Earliest(), ci, reason)
 				if terr == nil {
@@ -187,20 +215,49 @@ func (e *shardExec) process(it *item, box *mailbox) {
 			return
 		}
 		e.h.metrics.claims.Inc()
-		e.execute(it, box, t, newEtag, now)
+		e.execute(it, box, t, newEtag, now, enf)
 		return
 	}
 }
 
-// execute runs a claimed task's handler and commits the outcome.
-func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, claimedAt storage.ServerTime) {
+// enforcement is what a claim made now may promise (see
+// sharding.Ownership.Enforcement).
+func (e *shardExec) enforcement() detachment.Enforcement {
+	if e.own.Enforcement == nil {
+		return detachment.Enforcement{Ctx: e.ctx}
+	}
+	return e.own.Enforcement()
+}
+
+// taskKey names a task across the runner's shards.
+func (e *shardExec) taskKey(id string) string { return e.own.Shard.String() + "/" + id }
+
+// execute runs a claimed task's handler and commits the outcome. An attempt
+// whose claim promises enforcement is bound to the detachment decision that
+// made the promise, so it stops before the lease can expire even if the
+// runner leaves enforce mode meanwhile.
+func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, claimedAt storage.ServerTime, enf detachment.Enforcement) {
+	a := &attempt{t: t, etag: etag, pokec: make(chan struct{}, 1)}
+	key := e.taskKey(t.ID)
+	if !e.h.activate(key, a) {
+		// Cannot happen while process checks first; never run twice.
+		e.h.log.Error("task already running on this runner; leaving the claim to lapse", "task", t.Ref())
+		e.forget(it.ptr.ID)
+		return
+	}
+	defer e.h.deactivate(key, a)
 	ent, err := e.instanceFor(box, t)
 	if err != nil {
-		e.conclude(it, &attempt{t: t, etag: etag}, nil, err, nil)
+		e.conclude(it, a, nil, err, nil)
 		return
 	}
 	hctx, cancel := context.WithCancelCause(e.ctx)
 	defer cancel(nil)
+	a.cancel = cancel
+	if t.Claim != nil && t.Claim.Enforced {
+		stop := context.AfterFunc(enf.Ctx, func() { cancel(errEnforcedStop) })
+		defer stop()
+	}
 	if t.Timeout > 0 {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
@@ -209,7 +266,7 @@ func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, c
 	hctx, span := e.startSpan(hctx, t)
 	defer span.End()
 
-	a := &attempt{t: t, etag: etag, pokec: make(chan struct{}, 1), cancel: cancel}
+	a.started = time.Now()
 	e.mu.Lock()
 	e.inflight[t.ID] = a
 	e.mu.Unlock()
@@ -223,9 +280,15 @@ func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, c
 		e.h.metrics.startLatency.Observe(claimedAt.Now.Sub(t.CreatedAt).Seconds())
 	}
 	view := t.Clone() // the handler's own copy: renewals change a.t
-	start := time.Now()
-	result, herr := safeHandle(hctx, ent, view)
-	e.h.metrics.duration.WithLabelValues(t.Type).Observe(time.Since(start).Seconds())
+	var result json.RawMessage
+	var herr error
+	if hctx.Err() != nil {
+		// Interrupted between the claim and the start: do not start.
+		herr = context.Cause(hctx)
+	} else {
+		result, herr = safeHandle(hctx, ent, view)
+	}
+	e.h.metrics.duration.WithLabelValues(t.Type).Observe(time.Since(a.started).Seconds())
 	cause := context.Cause(hctx)
 	cancel(nil)
 	renewing.Wait()
@@ -276,6 +339,14 @@ func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr,
 		e.commitOutcome(e.ctx, it, a, complete, outcomeCompleted)
 	case errors.Is(cause, errCancelRequested):
 		e.commitOutcome(e.ctx, it, a, finishCancel, outcomeCancelled)
+	case errors.Is(cause, errEnforcedStop):
+		// Stopped as the claim promised, while this runner (now in observe
+		// or off mode) still owns the shard: give the attempt back. If the
+		// lease has lapsed and a successor took the task over meanwhile,
+		// the compare-and-swap fences this write off.
+		e.commitOutcome(e.ctx, it, a, func(t *task.Task, now time.Time) error {
+			return t.Requeue(now, "stopped as its enforced claim promised: the runner's detachment decision detached")
+		}, outcomeRequeued)
 	default:
 		if errors.Is(cause, errTimeout) {
 			herr = fmt.Errorf("%w after %s: %v", errTimeout, time.Duration(a.t.Timeout), herr)
@@ -551,7 +622,7 @@ func (e *shardExec) passivateBusy(box *mailbox, in *instance) {
 		box.inst = nil
 	}
 	e.mu.Unlock()
-	e.h.stopInstance(in, StopEvicted)
+	e.h.stopInstance(context.Background(), in, StopEvicted)
 }
 
 func newEntity(f Factory, id string) (ent Entity, err error) {
@@ -604,15 +675,18 @@ func (e *shardExec) retryLater(it *item, err error) {
 	e.requeue(it, due)
 }
 
-// orphan handles a pointer whose task object does not exist: young, it may
-// be a submission in progress (the pointer is written first); old, it is
-// deleted. It reports whether to look again at once: a wake-up for the
-// pointer came while it was being looked at, and a submitter wakes the
-// owner only after writing the object, so the object exists now. Looking
-// again in place keeps the task's place at the head of its entity's
-// mailbox; a wake-up that comes after this is queued as usual, the pointer
-// being forgotten under the same lock that checks for one.
-func (e *shardExec) orphan(it *item) (again bool) {
+// orphan handles a pointer whose task object does not exist. The submitter
+// writes the pointer first and the object right after, so a young one is
+// most likely a submission in progress: it is looked at again shortly, with
+// backoff, keeping its place at the head of its entity's mailbox, for up to
+// OrphanWait. Past that the submission is taken to have failed and the
+// entity's later tasks go ahead; the pointer is deleted once it is
+// OrphanPointerAge old. orphan reports whether to look again at once: a
+// wake-up for the pointer came while it was being looked at, and a
+// submitter wakes the owner only after writing the object, so the object
+// exists now. A wake-up that comes while the pointer waits in the heap
+// makes it due at once (see onWake).
+func (e *shardExec) orphan(it *item, now storage.ServerTime) (again bool) {
 	id := it.ptr.ID
 	e.mu.Lock()
 	if e.rewoken[id] {
@@ -622,12 +696,18 @@ func (e *shardExec) orphan(it *item) (again bool) {
 	}
 	first, seen := e.orphans[id]
 	if !seen {
-		e.orphans[id] = time.Now()
 		first = time.Now()
+		e.orphans[id] = first
 	}
-	if time.Since(first) < e.h.cfg.OrphanPointerAge {
-		// The submission's wake-up, or failing that the next
-		// reconciliation, brings it back.
+	age := time.Since(first)
+	switch {
+	case age < e.h.cfg.OrphanWait:
+		e.mu.Unlock()
+		e.requeue(it, now.Latest().Add(min(max(age/2, 100*time.Millisecond), 2*time.Second)))
+		return false
+	case age < e.h.cfg.OrphanPointerAge:
+		// Its wake-up, if the object still comes, or the next
+		// reconciliation brings it back.
 		delete(e.known, id)
 		e.mu.Unlock()
 		return false

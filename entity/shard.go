@@ -30,7 +30,11 @@ type shardExec struct {
 	ctx context.Context // own.Ctx: ends with the ownership
 
 	kickc    chan struct{} // coalescing "something changed"
-	loopDone chan struct{} // closed when run returns
+	loopDone chan struct{} // closed when the loop has stopped taking work
+	// stopped is closed once everything the ownership started has
+	// returned: the loop, every worker (handler and commit) and the
+	// entities' OnStop hooks.
+	stopped chan struct{}
 
 	// fate is closed once the manager has said how the ownership ends:
 	// handoff (with handoffCtx, live while the lock is still held) or loss.
@@ -66,11 +70,15 @@ type item struct {
 }
 
 // mailbox serialises one entity's tasks, ordered by task id (submission
-// order).
+// order). A task put back for later (waiting for a claim to lapse, a retry,
+// a failed store call, an abandoned commit, its object) keeps its place:
+// held names it while it waits in the due heap, and the entity's later
+// tasks wait for it.
 type mailbox struct {
 	key     string
 	pending []*item
 	busy    bool
+	held    string // id of the head task waiting in the heap; "" if none
 	inst    *instance
 }
 
@@ -81,6 +89,7 @@ func newShardExec(h *Host, o sharding.Ownership) *shardExec {
 		ctx:      o.Ctx,
 		kickc:    make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
+		stopped:  make(chan struct{}),
 		fate:     make(chan struct{}),
 		known:    map[string]bool{},
 		boxes:    map[string]*mailbox{},
@@ -108,23 +117,53 @@ func (e *shardExec) decide(ctx context.Context, handoff bool) {
 	})
 }
 
-// waitStopped waits for the loop and every worker to return, or for ctx.
-func (e *shardExec) waitStopped(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		<-e.loopDone
-		e.workers.Wait()
-		close(done)
-	}()
+// waitStopped waits, up to ctx, for everything the ownership started to
+// return: handlers, commits and OnStop hooks. It reports whether they all
+// did; those still running are counted and named.
+func (e *shardExec) waitStopped(ctx context.Context, why string) bool {
 	select {
-	case <-done:
+	case <-e.stopped:
+		return true
 	case <-ctx.Done():
-		e.mu.Lock()
-		n := len(e.inflight)
-		e.mu.Unlock()
-		e.h.metrics.stuck.Add(float64(n))
-		e.h.log.Warn("handoff: handlers still running after the interrupt wait; their tasks are left to takeover",
-			"shard", e.own.Shard.String(), "running", n)
+	}
+	e.reportOverruns(why)
+	return false
+}
+
+// awaitInterrupt gives the handlers of an ended ownership the interrupt
+// timeout to return, then counts and names those that did not.
+func (e *shardExec) awaitInterrupt(why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.h.cfg.InterruptTimeout)
+	defer cancel()
+	if e.waitStopped(ctx, why) {
+		return
+	}
+	start := time.Now()
+	<-e.stopped
+	e.h.log.Info("overrunning handlers of an ended ownership have returned", "shard", e.own.Shard.String(),
+		"epoch", e.own.Epoch, "after", time.Since(start)+e.h.cfg.InterruptTimeout)
+}
+
+// reportOverruns counts and names the handlers still running after the
+// wait that followed an interruption: they ignore their context.
+func (e *shardExec) reportOverruns(why string) {
+	e.mu.Lock()
+	type overrun struct {
+		ref, typ string
+		running  time.Duration
+	}
+	var list []overrun
+	for _, a := range e.inflight {
+		t, _ := a.current()
+		list = append(list, overrun{t.Ref(), t.Type, time.Since(a.started)})
+	}
+	e.mu.Unlock()
+	e.h.metrics.stuck.Add(float64(len(list)))
+	for _, o := range list {
+		e.h.log.Warn("handler still running after the interrupt wait; it ignores its context",
+			"shard", e.own.Shard.String(), "epoch", e.own.Epoch, "interrupted_by", why,
+			"task", o.ref, "type", o.typ, "running_for", o.running.Round(time.Millisecond),
+			"waited", e.h.cfg.InterruptTimeout)
 	}
 }
 
@@ -134,6 +173,7 @@ func (e *shardExec) run() {
 		close(e.loopDone)
 		e.workers.Wait()
 		e.stopEntities()
+		close(e.stopped)
 	}()
 	wakes, werr := e.h.wakes.WatchWakes(e.ctx, e.own.Shard)
 	if werr != nil && e.ctx.Err() == nil {
@@ -194,11 +234,29 @@ func (e *shardExec) onWake(note string) {
 	}
 	if e.known[p.ID] {
 		e.rewoken[p.ID] = true
+		if _, orphan := e.orphans[p.ID]; orphan {
+			// Waiting for its object, which the wake-up says is there now.
+			e.hurryLocked(p.ID)
+		}
 		e.mu.Unlock()
+		e.kick()
 		return
 	}
 	e.mu.Unlock()
 	e.add(p)
+}
+
+// hurryLocked makes the queued pointer of task id due now, if it is in the
+// heap. It scans the heap: only pointers waiting for their object use it.
+// Under mu.
+func (e *shardExec) hurryLocked(id string) {
+	for i, it := range e.queue {
+		if it.ptr.ID == id {
+			it.ptr.Due = time.Time{}
+			heap.Fix(&e.queue, i)
+			return
+		}
+	}
 }
 
 // reconcile lists the shard's ready pointers and queues the unknown ones.
@@ -235,11 +293,16 @@ func (e *shardExec) add(p task.Pointer) {
 	e.h.metrics.queued.Inc()
 }
 
-// requeue puts a known item back in the heap, due at due.
+// requeue puts a known item back in the heap, due at due. It is called by
+// the worker that holds the item; an entity's task keeps its place at the
+// head of the mailbox (see mailbox.held).
 func (e *shardExec) requeue(it *item, due time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	it.ptr.Due = due
+	if box := e.boxes[it.ptr.EntityKey]; it.ptr.EntityKey != "" && box != nil {
+		box.held = it.ptr.ID
+	}
 	heap.Push(&e.queue, it)
 	e.h.metrics.queued.Inc()
 }
@@ -279,9 +342,15 @@ func (e *shardExec) dispatch() time.Duration {
 			e.boxes[it.ptr.EntityKey] = box
 		}
 		wasEmpty := len(box.pending) == 0
+		released := box.held == it.ptr.ID
+		if released {
+			box.held = ""
+		}
 		i, _ := slices.BinarySearchFunc(box.pending, it, func(a, b *item) int { return compareIDs(a.ptr.ID, b.ptr.ID) })
 		box.pending = slices.Insert(box.pending, i, it)
-		if wasEmpty && !box.busy {
+		// Not runnable yet: busy, or waiting for its held task. Already
+		// runnable: it had pending tasks and was neither.
+		if !box.busy && box.held == "" && (wasEmpty || released) {
 			e.runnable = append(e.runnable, unit{box: box})
 		}
 	}
@@ -335,9 +404,12 @@ func (e *shardExec) work(u unit) {
 	e.running--
 	if u.box != nil {
 		u.box.busy = false
-		if len(u.box.pending) > 0 && e.ctx.Err() == nil {
+		switch {
+		case u.box.held != "":
+			// Its head task waits in the heap; dispatch resumes it.
+		case len(u.box.pending) > 0 && e.ctx.Err() == nil:
 			e.runnable = append(e.runnable, unit{box: u.box})
-		} else if len(u.box.pending) == 0 && u.box.inst == nil {
+		case len(u.box.pending) == 0 && u.box.inst == nil:
 			delete(e.boxes, u.box.key)
 		}
 	}
@@ -354,20 +426,22 @@ func (e *shardExec) passivate(in *instance, reason StopReason) {
 		return
 	}
 	box.inst = nil
-	if len(box.pending) == 0 {
+	if len(box.pending) == 0 && box.held == "" {
 		delete(e.boxes, box.key)
 	}
 	e.mu.Unlock()
-	e.h.stopInstance(in, reason)
+	e.h.stopInstance(context.Background(), in, reason)
 }
 
-// stopEntities stops every instance of the shard once its workers are done.
+// stopEntities stops every instance of the shard once its workers are
+// done. In a planned release the hooks run under the handoff context, while
+// the lock is still held: the successor sees what they wrote.
 func (e *shardExec) stopEntities() {
-	reason := StopShardLost
+	reason, ctx := StopShardLost, context.Background()
 	select {
 	case <-e.fate:
 		if e.handoffCtx != nil {
-			reason = StopShardReleased
+			reason, ctx = StopShardReleased, e.handoffCtx
 		}
 	default:
 	}
@@ -385,7 +459,7 @@ func (e *shardExec) stopEntities() {
 	e.mu.Unlock()
 	e.h.metrics.queued.Sub(float64(n))
 	for _, in := range insts {
-		e.h.stopInstance(in, reason)
+		e.h.stopInstance(ctx, in, reason)
 	}
 }
 

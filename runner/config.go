@@ -242,9 +242,11 @@ func (c Config) EntityConfig() entity.Config {
 	ec.MaxConcurrentPerRunner = c.Entity.MaxConcurrentPerRunner
 	ec.MaxIdle = c.Entity.MaxIdle.Std()
 	ec.MaxResident = c.Entity.MaxResident
-	// Takeover at once is safe only when runners stop before their locks
-	// can go, which enforce mode guarantees.
-	ec.TakeoverImmediately = c.Detachment.Mode == string(detachment.ModeEnforce)
+	// Whether a task left running may be taken over at once is decided per
+	// claim, from the promise its holder recorded (task.Claim.Enforced),
+	// not from this runner's mode: modes change at run time and differ
+	// across a staged rollout.
+	ec.InterruptTimeout = c.Sharding.InterruptTimeout.Std()
 	return ec
 }
 

@@ -248,7 +248,8 @@ func (m *Manager) own(gen uint64, s storage.ShardID, epoch, lease int64) {
 		return
 	}
 	ctx, cancel := context.WithCancelCause(actx)
-	o := &owned{Ownership: Ownership{Shard: s, Epoch: epoch, LeaseID: lease, Since: time.Now(), Ctx: ctx}, cancel: cancel}
+	o := &owned{Ownership: Ownership{Shard: s, Epoch: epoch, LeaseID: lease, Since: time.Now(), Ctx: ctx,
+		Enforcement: m.machine.Enforcement}, cancel: cancel}
 	m.owned[s] = o
 	delete(m.suspended, s)
 	m.notify.push(notice{o: o.Ownership})

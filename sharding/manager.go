@@ -195,6 +195,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.debounce.stop()
 	m.machine.Detach(detachment.ReasonStopped) // cancels every shard context
 	m.machine.Close()
+	// Revoking the lease frees every lock at once: first let the handlers
+	// return, so that no successor takes a shard whose work still runs.
+	if q, ok := m.notify.h.(Quiescer); ok {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
+		q.Quiesce(qctx)
+		cancel()
+	}
 	m.mu.Lock()
 	ss := m.session
 	clear(m.suspended)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -19,6 +20,13 @@ type Ownership struct {
 	LeaseID int64 // the runner lease the lock rides on
 	Since   time.Time
 	Ctx     context.Context
+	// Enforcement tells what work started on the shard now may promise
+	// about the runner's detachment: whether the runner enforces it, and
+	// the decision context that such work must stay bound to (see
+	// detachment.Enforcement). Task claims record the promise so that a
+	// successor knows whether it may take a task over before its lease
+	// lapses. Nil: never enforced.
+	Enforcement func() detachment.Enforcement
 }
 
 // LossReason says why an ownership ended.
@@ -80,6 +88,17 @@ type Handler interface {
 	// o.Ctx is cancelled and in-flight work is left to the next owner's
 	// takeover.
 	ShardLost(o Ownership, reason LossReason)
+}
+
+// Quiescer is implemented by a Handler that can tell when the work of the
+// shards it was told it lost has stopped. On stop the Manager waits for it,
+// bounded by Config.InterruptTimeout, before revoking the lease: revoking
+// frees every lock at once, and a successor must not get a shard whose
+// handlers are still returning.
+type Quiescer interface {
+	// Quiesce returns once the work of every ended ownership has stopped,
+	// or when ctx ends.
+	Quiesce(ctx context.Context)
 }
 
 // NopHandler hosts nothing.

@@ -79,6 +79,14 @@ type Claim struct {
 	// another claimer without a takeover; Renew pushes it.
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ClaimedAt      time.Time `json:"claimed_at"` // S3 time
+	// Enforced is the holder's promise that it stops this attempt before
+	// its runner lease can expire: it enforced detachment when it claimed
+	// the task and keeps the attempt bound to its detachment decision for
+	// the attempt's whole life, whatever its mode becomes. Only then may a
+	// new shard owner take the task over at once; otherwise (an observe or
+	// off runner, which keeps running when cut off from etcd, or a claim
+	// written before this field existed) it waits for LeaseExpiresAt.
+	Enforced bool `json:"enforced,omitempty"`
 }
 
 // ClaimInfo is what a claimer brings to ClaimFor and TakeOver.
@@ -87,6 +95,9 @@ type ClaimInfo struct {
 	Epoch    int64         // the shard lock's epoch
 	LeaseID  int64         // the runner's lease id
 	Lease    time.Duration // how long the claim holds before it must be renewed
+	// Enforced: the claimer promises to stop the attempt before its lease
+	// expires (see Claim.Enforced).
+	Enforced bool
 }
 
 func (c ClaimInfo) validate() error {

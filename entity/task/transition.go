@@ -105,7 +105,7 @@ func (t *Task) claim(now time.Time, c ClaimInfo) {
 	t.Status = Running
 	t.Attempt++
 	t.Claim = &Claim{RunnerID: c.RunnerID, Epoch: c.Epoch, LeaseID: c.LeaseID,
-		LeaseExpiresAt: now.Add(c.Lease).UTC(), ClaimedAt: now.UTC()}
+		LeaseExpiresAt: now.Add(c.Lease).UTC(), ClaimedAt: now.UTC(), Enforced: c.Enforced}
 }
 
 // Renew extends a running task's lease to now+lease. Consecutive renewals

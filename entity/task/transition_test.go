@@ -506,3 +506,45 @@ func TestRenewCoalesces(t *testing.T) {
 		t.Fatalf("new attempt's renewal %+v", ev)
 	}
 }
+
+// TestClaimRecordsEnforcement: a claim carries the claimer's enforcement
+// promise through renewals and the JSON encoding; a takeover replaces it
+// with the new claimer's; a claim stored without the field (an older
+// runner) decodes as not enforced, which makes successors wait for its
+// lease rather than take it over early.
+func TestClaimRecordsEnforcement(t *testing.T) {
+	enforcedA := runnerA
+	enforcedA.Enforced = true
+	tk := pendingTask()
+	if err := tk.ClaimFor(t0, enforcedA); err != nil {
+		t.Fatal(err)
+	}
+	if !tk.Claim.Enforced {
+		t.Fatal("claim by an enforcing runner not marked enforced")
+	}
+	if err := tk.Renew(t0.Add(time.Second), 30*time.Second); err != nil || !tk.Claim.Enforced {
+		t.Fatalf("renewal lost the promise: %v %+v", err, tk.Claim)
+	}
+	b, err := json.Marshal(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"enforced":true`) {
+		t.Fatalf("encoded claim lacks enforced: %s", b)
+	}
+	var back Task
+	if err := json.Unmarshal(b, &back); err != nil || !back.Claim.Enforced {
+		t.Fatalf("decoded: %v %+v", err, back.Claim)
+	}
+	if err := tk.TakeOver(t0.Add(2*time.Second), runnerB, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if tk.Claim.Enforced {
+		t.Fatal("takeover by a non-enforcing runner kept the previous promise")
+	}
+	old := strings.Replace(string(b), `,"enforced":true`, "", 1)
+	var legacy Task
+	if err := json.Unmarshal([]byte(old), &legacy); err != nil || legacy.Claim == nil || legacy.Claim.Enforced {
+		t.Fatalf("legacy claim: %v %+v", err, legacy.Claim)
+	}
+}
