@@ -29,16 +29,16 @@ type Host struct {
 	tracer   trace.Tracer
 	slots    chan struct{} // runner-wide handler slots
 
-	mu       sync.Mutex
-	shards   map[storage.ShardID]*shardExec
-	waiting  map[*shardExec]struct{} // executors waiting for a runner slot
-	lease    int64                   // the runner lease of the latest ownership
-	closed   bool
+	mu      sync.Mutex
+	shards  map[storage.ShardID]*shardExec
+	waiting map[*shardExec]struct{} // executors waiting for a runner slot
+	lease   int64                   // the runner lease of the latest ownership
+	closed  bool
 	// active holds the attempts whose handler or commit is under way, by
 	// task key, across ownerships: a handler that ignores its interruption
 	// may outlive its ownership, and the same task must not start again
 	// here while it runs.
-	active   map[string]*attempt
+	active map[string]*attempt
 	// execs holds every executor until everything it started has
 	// returned, its ownership live or ended.
 	execs    map[*shardExec]struct{}
