@@ -76,7 +76,7 @@ func (e *shardExec) process(it *item, box *mailbox) {
 		}
 		if tries == 5 {
 			e.h.log.Warn("task keeps changing under its claim; retrying later", "task", it.ptr.Key)
-			e.requeue(it, time.Now().Add(time.Second))
+			e.requeue(it, e.soon(time.Second))
 			return
 		}
 		now, err := e.h.tasks.Now(ctx)
@@ -132,6 +132,12 @@ func (e *shardExec) process(it *item, box *mailbox) {
 			case t.CancelRequested:
 				// Its runner went before honouring the cancel: finish it.
 				terr = t.FinishCancel(now.Now)
+			case t.HeldBy(ci) && c.Enforced && enf.Ctx.Err() != nil:
+				// Stopped here as its enforced claim promised, and the
+				// detachment decision has not re-attached: a successor may
+				// be taking it over. Look again later.
+				e.requeue(it, now.Latest().Add(time.Second))
+				return
 			case t.HeldBy(ci):
 				// Claimed by this runner and epoch before a detachment whose
 				// handlers are gone: put it back and claim it afresh.
@@ -341,12 +347,13 @@ func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr,
 		e.commitOutcome(e.ctx, it, a, finishCancel, outcomeCancelled)
 	case errors.Is(cause, errEnforcedStop):
 		// Stopped as the claim promised, while this runner (now in observe
-		// or off mode) still owns the shard: give the attempt back. If the
-		// lease has lapsed and a successor took the task over meanwhile,
-		// the compare-and-swap fences this write off.
-		e.commitOutcome(e.ctx, it, a, func(t *task.Task, now time.Time) error {
-			return t.Requeue(now, "stopped as its enforced claim promised: the runner's detachment decision detached")
-		}, outcomeRequeued)
+		// or off mode) still owns the shard: its lease may be about to
+		// expire, and a successor may take the task over at once. As a
+		// detached runner would, leave the task alone; it is looked at
+		// again, keeping its place, and claimed afresh here only once the
+		// decision has re-attached (see process).
+		e.h.metrics.tasks.WithLabelValues(typ, outcomeAbandoned).Inc()
+		e.requeue(it, e.soon(time.Second))
 	default:
 		if errors.Is(cause, errTimeout) {
 			herr = fmt.Errorf("%w after %s: %v", errTimeout, time.Duration(a.t.Timeout), herr)
@@ -667,12 +674,16 @@ func (e *shardExec) retryLater(it *item, err error) {
 		return
 	}
 	e.h.log.Debug("task store unavailable; retrying the pointer shortly", "key", it.ptr.Key, "err", err)
-	now, nerr := e.h.tasks.Now(e.ctx)
-	due := time.Now().Add(time.Second)
-	if nerr == nil {
-		due = now.Latest().Add(time.Second)
+	e.requeue(it, e.soon(time.Second))
+}
+
+// soon returns d from now on the S3 clock the due heap runs on (the local
+// clock when there is no estimate of it).
+func (e *shardExec) soon(d time.Duration) time.Time {
+	if now, err := e.h.tasks.Now(e.ctx); err == nil {
+		return now.Latest().Add(d)
 	}
-	e.requeue(it, due)
+	return time.Now().Add(d)
 }
 
 // orphan handles a pointer whose task object does not exist. The submitter

@@ -1,0 +1,271 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/runner"
+)
+
+// The takeover tests: a runner is cut off from etcd (TCP blackhole, S3
+// still reachable) while tasks run on it, in every mix of detachment modes
+// a staged rollout reaches, and the external recorder (the tasks' http:
+// handler) must never see two runs of one task at the same time.
+//
+// Timings: a 3s runner lease, so a cut runner's shards go to the others
+// about 3s after the cut; a 20s task lease, so that a successor taking a
+// task over at once (within a few seconds) is told apart from one waiting
+// for the claim to lapse; tasks of 10s, so that the tasks running at the
+// cut still run when the successors get their shards.
+const (
+	takeoverTaskMS    = 10000
+	takeoverTaskLease = 20 * time.Second
+	takeoverTasks     = 24
+)
+
+func takeoverFlags(rec *recorder) []string {
+	return append(append([]string{}, fastRunner...),
+		"--set", "entity.task_lease="+takeoverTaskLease.String(),
+		"--handler", "audit=http:"+rec.URL())
+}
+
+// startTakeoverCluster starts one runner per id and waits until they share
+// the shards, settled.
+func startTakeoverCluster(t *testing.T, rec *recorder, ids ...string) (*cluster, []*runnerProc) {
+	t.Helper()
+	c := newCluster(t)
+	var rs []*runnerProc
+	for _, id := range ids {
+		rs = append(rs, c.run(id, takeoverFlags(rec)...))
+	}
+	c.waitAllOwned(ids, 60*time.Second)
+	c.waitSettled(rs, 1, 30*time.Second)
+	return c, rs
+}
+
+// setMode runs `tenure config set detachment.mode=MODE --rollout PCT` and
+// waits until each runner in want reports its mode in /debug/status.
+func setMode(t *testing.T, c *cluster, mode string, rollout int, want map[*runnerProc]string) {
+	t.Helper()
+	tenure(t, "--config", c.cfgPath, "config", "set", "detachment.mode="+mode, "--rollout", strconv.Itoa(rollout))
+	for r, m := range want {
+		testenv.WaitFor(t, r.id+" running in "+m+" mode", 15*time.Second, func() bool {
+			st, err := r.status()
+			return err == nil && st.Mode == m
+		})
+	}
+}
+
+// submitAudit submits n tasks of takeoverTaskMS each, without entity, so
+// that they spread over every runner.
+func submitAudit(t *testing.T, c *cluster, n int) []string {
+	t.Helper()
+	client := c.taskClient()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var refs []string
+	for range n {
+		tk, _, err := client.Submit(ctx, task.SubmitRequest{Type: "audit", MaxAttempts: 10,
+			Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, takeoverTaskMS))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, tk.Ref())
+	}
+	return refs
+}
+
+// runningOn returns the executions on runner that are still going.
+func runningOn(rec *recorder, runner string) []auditExec {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []auditExec
+	for _, x := range rec.execs {
+		if x.runner == runner && x.end.IsZero() {
+			out = append(out, *x)
+		}
+	}
+	return out
+}
+
+// cutWhileRunning waits until victim runs at least two tasks, then cuts it
+// off from etcd. It returns the time of the cut and the victim's
+// executions under way at that moment.
+func cutWhileRunning(t *testing.T, rec *recorder, victim *runnerProc) (time.Time, []auditExec) {
+	t.Helper()
+	testenv.WaitFor(t, victim.id+" running tasks", 30*time.Second, func() bool {
+		return len(runningOn(rec, victim.id)) >= 2
+	})
+	running := runningOn(rec, victim.id)
+	victim.proxy.SetMode(testenv.Blackhole)
+	cut := time.Now()
+	t.Logf("cut %s off from etcd with %d tasks running on it", victim.id, len(running))
+	return cut, running
+}
+
+// waitShardsMoved waits until every shard is locked by one of others (the
+// cut runner's shards have moved), and returns when that was seen.
+func waitShardsMoved(t *testing.T, c *cluster, others []string) time.Time {
+	t.Helper()
+	c.waitAllOwned(others, 30*time.Second)
+	return time.Now()
+}
+
+// checkSingleExecution waits for every task to finish and audits the runs
+// from the recorder's view: no task ran twice at the same time, every task
+// completed, none completed twice.
+func checkSingleExecution(t *testing.T, c *cluster, rec *recorder, refs []string) auditReport {
+	t.Helper()
+	client := c.taskClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, ref := range refs {
+		if _, err := client.Wait(ctx, ref, 200*time.Millisecond); err != nil {
+			t.Fatalf("task %s did not finish: %v", ref, err)
+		}
+	}
+	rep := audit(t, c, rec.all(), nil, refs)
+	t.Logf("audit: %d executions (%d cancelled), %d completed, %d failed, %d concurrent runs of one task",
+		rep.executions, rep.cancelled, rep.completed, rep.failed, len(rep.overlaps))
+	rep.check(t)
+	if rep.completed != len(refs) {
+		t.Errorf("%d of %d tasks completed", rep.completed, len(refs))
+	}
+	return rep
+}
+
+// stillRunningAt reports how many of xs were still running (as the
+// recorder saw them, now) at time at.
+func stillRunningAt(rec *recorder, xs []auditExec, at time.Time) int {
+	n := 0
+	for _, x := range rec.all() {
+		for _, y := range xs {
+			if x.taskID == y.taskID && x.runner == y.runner && x.start.Equal(y.start) && x.end.After(at) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// restartedBy returns, for each task of xs, when another runner than the
+// one in xs started it again (zero if none did).
+func restartedBy(rec *recorder, xs []auditExec) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, y := range xs {
+		out[y.taskID] = time.Time{}
+		for _, x := range rec.all() {
+			if x.taskID == y.taskID && x.runner != y.runner && x.start.After(y.start) {
+				if s := out[y.taskID]; s.IsZero() || x.start.Before(s) {
+					out[y.taskID] = x.start
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestLiveSwitchToObserveThenCut: three runners started in enforce mode are
+// switched to observe at run time; one is cut off from etcd while running
+// tasks. In observe mode it keeps running them and renewing their claims
+// through S3, so its successors must wait for the claims to lapse instead
+// of starting the tasks again: 0 concurrent runs of one task.
+func TestLiveSwitchToObserveThenCut(t *testing.T) {
+	rec := newRecorder(t)
+	c, rs := startTakeoverCluster(t, rec, "o1", "o2", "o3")
+	setMode(t, c, "observe", 100, map[*runnerProc]string{rs[0]: "observe", rs[1]: "observe", rs[2]: "observe"})
+	refs := submitAudit(t, c, takeoverTasks)
+	victim := rs[1]
+	_, running := cutWhileRunning(t, rec, victim)
+	moved := waitShardsMoved(t, c, []string{"o1", "o3"})
+	if n := stillRunningAt(rec, running, moved); n == 0 {
+		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), victim.id)
+	}
+	checkSingleExecution(t, c, rec, refs)
+}
+
+// TestCanaryObserveRunnerCut: a canary rollout at 50% puts some runners in
+// observe mode while the others enforce; the observe runner is cut off. Its
+// claims were not made under enforcement, so the enforcing successors wait
+// for them to lapse: 0 concurrent runs of one task.
+func TestCanaryObserveRunnerCut(t *testing.T) {
+	// Two ids under the 50% cut (observe) and one above (enforce) would do;
+	// one observe runner and two enforcing ones is the sharper case.
+	var observeID string
+	var enforceIDs []string
+	for i := 0; observeID == "" || len(enforceIDs) < 2; i++ {
+		id := "k" + strconv.Itoa(i)
+		if runner.RolloutBucket(id) < 50 {
+			if observeID == "" {
+				observeID = id
+			}
+		} else if len(enforceIDs) < 2 {
+			enforceIDs = append(enforceIDs, id)
+		}
+	}
+	rec := newRecorder(t)
+	c, rs := startTakeoverCluster(t, rec, observeID, enforceIDs[0], enforceIDs[1])
+	setMode(t, c, "observe", 50, map[*runnerProc]string{rs[0]: "observe", rs[1]: "enforce", rs[2]: "enforce"})
+	refs := submitAudit(t, c, takeoverTasks)
+	_, running := cutWhileRunning(t, rec, rs[0])
+	moved := waitShardsMoved(t, c, enforceIDs)
+	if n := stillRunningAt(rec, running, moved); n == 0 {
+		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), rs[0].id)
+	}
+	checkSingleExecution(t, c, rec, refs)
+}
+
+// TestSwitchAwayFromEnforceThenCut: the switch from enforce to observe
+// reaches a runner just before it is cut off. The tasks it claimed under
+// enforce carry that promise, so it must still stop them before its lease
+// can expire, although it now observes; its successors take them over at
+// once (not after the 20s claim lapse) and never run them at the same time.
+func TestSwitchAwayFromEnforceThenCut(t *testing.T) {
+	rec := newRecorder(t)
+	c, rs := startTakeoverCluster(t, rec, "e1", "e2", "e3")
+	refs := submitAudit(t, c, takeoverTasks)
+	victim := rs[2]
+	testenv.WaitFor(t, victim.id+" running tasks", 30*time.Second, func() bool {
+		return len(runningOn(rec, victim.id)) >= 2
+	})
+	setMode(t, c, "observe", 100, map[*runnerProc]string{rs[0]: "observe", rs[1]: "observe", rs[2]: "observe"})
+	cut, running := cutWhileRunning(t, rec, victim)
+	waitShardsMoved(t, c, []string{"e1", "e2"})
+	checkSingleExecution(t, c, rec, refs)
+	for id, at := range restartedBy(rec, running) {
+		switch {
+		case at.IsZero():
+			t.Errorf("task %s, running on %s at the cut, was not run again by another runner", id, victim.id)
+		case at.Sub(cut) > takeoverTaskLease/2:
+			t.Errorf("task %s restarted %s after the cut: its enforced claim should have been taken over at once, not after it lapsed", id, at.Sub(cut).Round(time.Millisecond))
+		default:
+			t.Logf("task %s restarted by another runner %s after the cut", id, at.Sub(cut).Round(time.Millisecond))
+		}
+	}
+}
+
+// TestSwitchToEnforceDuringPartition: runners in observe mode (switched
+// from enforce at run time); one is cut off, and while it is cut off the
+// others are switched back to enforce. The cut runner never hears of it
+// and keeps running its tasks; its claims were made in observe mode, so the
+// now enforcing successors must still wait for them to lapse.
+func TestSwitchToEnforceDuringPartition(t *testing.T) {
+	rec := newRecorder(t)
+	c, rs := startTakeoverCluster(t, rec, "w1", "w2", "w3")
+	setMode(t, c, "observe", 100, map[*runnerProc]string{rs[0]: "observe", rs[1]: "observe", rs[2]: "observe"})
+	refs := submitAudit(t, c, takeoverTasks)
+	victim := rs[0]
+	_, running := cutWhileRunning(t, rec, victim)
+	setMode(t, c, "enforce", 100, map[*runnerProc]string{rs[1]: "enforce", rs[2]: "enforce"})
+	moved := waitShardsMoved(t, c, []string{"w2", "w3"})
+	if n := stillRunningAt(rec, running, moved); n == 0 {
+		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), victim.id)
+	}
+	checkSingleExecution(t, c, rec, refs)
+}
