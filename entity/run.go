@@ -35,9 +35,12 @@ var (
 // attempt is one running task: its latest known object, for renewals and
 // the commit.
 type attempt struct {
-	mu      sync.Mutex
-	t       *task.Task
-	etag    string
+	mu   sync.Mutex
+	t    *task.Task
+	etag string
+	// expires is when the claim's lease expires at the earliest, on the
+	// local clock (see localExpiry).
+	expires time.Time
 	pokec   chan struct{}
 	cancel  context.CancelCauseFunc
 	started time.Time // when the handler was called
@@ -63,6 +66,18 @@ func (a *attempt) set(t *task.Task, etag string) {
 	a.t, a.etag = t, etag
 }
 
+func (a *attempt) expiry() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.expires
+}
+
+func (a *attempt) setExpiry(t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expires = t
+}
+
 // process claims and runs the task of one due pointer.
 func (e *shardExec) process(it *item, box *mailbox) {
 	ctx := e.ctx
@@ -79,6 +94,7 @@ func (e *shardExec) process(it *item, box *mailbox) {
 			e.requeue(it, e.soon(time.Second))
 			return
 		}
+		readAt := time.Now()
 		now, err := e.h.tasks.Now(ctx)
 		if err != nil {
 			e.retryLater(it, err)
@@ -221,7 +237,7 @@ func (e *shardExec) process(it *item, box *mailbox) {
 			return
 		}
 		e.h.metrics.claims.Inc()
-		e.execute(it, box, t, newEtag, now, enf)
+		e.execute(it, box, claimed{t: t, etag: newEtag, at: now, expires: localExpiry(readAt, now, ci.Lease), enf: enf})
 		return
 	}
 }
@@ -238,12 +254,22 @@ func (e *shardExec) enforcement() detachment.Enforcement {
 // taskKey names a task across the runner's shards.
 func (e *shardExec) taskKey(id string) string { return e.own.Shard.String() + "/" + id }
 
+// claimed is what execute needs of a claim just written.
+type claimed struct {
+	t       *task.Task
+	etag    string
+	at      storage.ServerTime // the S3 time the claim was made at
+	expires time.Time          // the claim's earliest local expiry
+	enf     detachment.Enforcement
+}
+
 // execute runs a claimed task's handler and commits the outcome. An attempt
 // whose claim promises enforcement is bound to the detachment decision that
 // made the promise, so it stops before the lease can expire even if the
 // runner leaves enforce mode meanwhile.
-func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, claimedAt storage.ServerTime, enf detachment.Enforcement) {
-	a := &attempt{t: t, etag: etag, pokec: make(chan struct{}, 1)}
+func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
+	t := c.t
+	a := &attempt{t: t, etag: c.etag, expires: c.expires, pokec: make(chan struct{}, 1)}
 	key := e.taskKey(t.ID)
 	if !e.h.activate(key, a) {
 		// Cannot happen while process checks first; never run twice.
@@ -261,7 +287,7 @@ func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, c
 	defer cancel(nil)
 	a.cancel = cancel
 	if t.Claim != nil && t.Claim.Enforced {
-		stop := context.AfterFunc(enf.Ctx, func() { cancel(errEnforcedStop) })
+		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
 		defer stop()
 	}
 	if t.Timeout > 0 {
@@ -283,7 +309,7 @@ func (e *shardExec) execute(it *item, box *mailbox, t *task.Task, etag string, c
 		e.renew(hctx, a)
 	}()
 	if !t.AvailableAt.After(t.CreatedAt) && t.Attempt == 1 {
-		e.h.metrics.startLatency.Observe(claimedAt.Now.Sub(t.CreatedAt).Seconds())
+		e.h.metrics.startLatency.Observe(c.at.Now.Sub(t.CreatedAt).Seconds())
 	}
 	view := t.Clone() // the handler's own copy: renewals change a.t
 	var result json.RawMessage
@@ -518,11 +544,27 @@ func (e *shardExec) afterCommit(ctx context.Context, it *item, t *task.Task) {
 }
 
 // renew extends the running task's claim every TaskLease/3 and re-reads it
-// when poked; it cancels the handler when the task is cancelled or the
-// claim lost or about to expire.
+// when poked; it cancels the handler when the task is cancelled, the claim
+// lost, or the claim about to expire.
+//
+// The last is a guard on the local clock, armed for half a renewal period
+// before the claim's earliest local expiry (see attempt.expires) and pushed
+// by each renewal: it holds when S3, and with it the S3 clock, cannot be
+// reached, and while a renewal hangs, and it leaves the handler half a
+// period to stop before another runner may claim the task. Renewals come
+// every period, or sooner when the S3 clock's uncertainty leaves the guard
+// closer than two periods away (short leases).
 func (e *shardExec) renew(hctx context.Context, a *attempt) {
 	every := e.h.cfg.TaskLease / 3
-	timer := time.NewTimer(every)
+	margin := every / 2
+	guard := time.AfterFunc(time.Until(a.expiry().Add(-margin)), func() { a.cancel(errLeaseExpiring) })
+	defer guard.Stop()
+	// next is the wait before the next renewal try: a period, or half the
+	// time left before the guard fires.
+	next := func(most time.Duration) time.Duration {
+		return max(min(most, time.Until(a.expiry().Add(-margin))/2), time.Millisecond)
+	}
+	timer := time.NewTimer(next(every))
 	defer timer.Stop()
 	for {
 		poked := false
@@ -535,14 +577,18 @@ func (e *shardExec) renew(hctx context.Context, a *attempt) {
 		}
 		t, etag := a.current()
 		claim := t.Claim
+		readAt := time.Now()
 		now, err := e.h.tasks.Now(hctx)
 		if err == nil && !poked {
-			next := t.Clone()
-			if err = next.Renew(now.Earliest(), e.h.cfg.TaskLease); err == nil {
+			renewed := t.Clone()
+			if err = renewed.Renew(now.Earliest(), e.h.cfg.TaskLease); err == nil {
 				var newEtag string
-				if newEtag, err = e.h.tasks.Write(hctx, next, etag); err == nil {
-					a.set(next, newEtag)
-					timer.Reset(every)
+				if newEtag, err = e.h.tasks.Write(hctx, renewed, etag); err == nil {
+					a.set(renewed, newEtag)
+					exp := localExpiry(readAt, now, e.h.cfg.TaskLease)
+					a.setExpiry(exp)
+					guard.Reset(time.Until(exp.Add(-margin)))
+					timer.Reset(next(every))
 					continue
 				}
 			}
@@ -564,20 +610,23 @@ func (e *shardExec) renew(hctx context.Context, a *attempt) {
 				if poked {
 					continue
 				}
-				err = nil
+				// Another writer (a client's request) changed the task
+				// under our claim: renew on the new version now.
+				timer.Reset(time.Millisecond)
+				continue
 			}
 		}
-		if err != nil && hctx.Err() == nil {
-			// Keep trying while the claim lasts; give up before it expires.
-			if n, nerr := e.h.tasks.Now(hctx); nerr == nil && claim != nil && !n.Latest().Before(claim.LeaseExpiresAt.Add(-every)) {
-				a.cancel(errLeaseExpiring)
-				return
-			}
-			timer.Reset(min(every, time.Second))
-			continue
-		}
-		timer.Reset(every)
+		// A failed renewal is retried every second, or sooner as the guard
+		// nears, until the guard gives up on the claim.
+		timer.Reset(next(min(every, time.Second)))
 	}
+}
+
+// localExpiry is when, on the local clock, a claim written with the S3 time
+// now (read at local time readAt) for lease expires at the earliest: the S3
+// clock may have been ahead of now.Earliest() by up to the estimate's width.
+func localExpiry(readAt time.Time, now storage.ServerTime, lease time.Duration) time.Time {
+	return readAt.Add(lease - now.Latest().Sub(now.Earliest()))
 }
 
 // instanceFor returns the entity instance for t: the mailbox's resident one

@@ -458,10 +458,25 @@ func (e *shardExec) stopEntities() {
 	e.queue = nil
 	e.mu.Unlock()
 	e.h.metrics.queued.Sub(float64(n))
+	// A shard may hold thousands of resident entities, and a planned
+	// release waits for their hooks within the interrupt timeout: run them
+	// side by side, a bounded number at a time.
+	sem := make(chan struct{}, stopHookConcurrency)
+	var wg sync.WaitGroup
 	for _, in := range insts {
-		e.h.stopInstance(ctx, in, reason)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			e.h.stopInstance(ctx, in, reason)
+		}()
 	}
+	wg.Wait()
 }
+
+// stopHookConcurrency bounds the OnStop hooks of one shard running at once.
+const stopHookConcurrency = 32
 
 // awaitFate waits for the manager's decision on how the ownership ends,
 // which comes right after the ownership context is cancelled.
