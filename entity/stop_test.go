@@ -262,8 +262,10 @@ func TestStopRevokesAfterHandlersReturn(t *testing.T) {
 	e := newEnv(t, 1)
 	var mu sync.Mutex
 	var returned time.Time
+	running := make(chan struct{})
 	n := e.start("stopper", func(n *node, h *Host) {
 		if err := h.RegisterFunc("slowstop", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			close(running)
 			<-ctx.Done()
 			time.Sleep(700 * time.Millisecond) // cleaning up after the interruption
 			mu.Lock()
@@ -275,10 +277,8 @@ func TestStopRevokesAfterHandlersReturn(t *testing.T) {
 		}
 	})
 	e.waitOwned(10 * time.Second)
-	e.submit(task.SubmitRequest{Type: "slowstop"})
-	testenv.WaitFor(t, "the handler to run", 10*time.Second, func() bool {
-		return testutil.ToFloat64(n.host.metrics.running) == 1
-	})
+	e.submit(task.SubmitRequest{Type: "slowstop", MaxAttempts: 1})
+	waitClosed(t, running, "the handler to run")
 	cli := e.srv.Client(t)
 	cur, err := cli.Get(ctxFor(t, 5*time.Second), e.ns+"shards/", clientv3.WithPrefix())
 	if err != nil || len(cur.Kvs) != 1 {
