@@ -13,13 +13,51 @@
 // shard cancels every handler at once, and no claim, lease renewal or commit
 // is written after that. A planned handoff (rebalance, drain) waits for the
 // handlers to stop and puts their tasks back to pending, while the lock is
-// still held, so the successor starts them at once.
+// still held, so the successor starts them at once. It also runs the
+// shard's entities' OnStop hooks before the lock goes: the successor sees
+// every effect of a hook that returns within the interrupt timeout.
+//
+// After any interruption (detachment, lost lock, stop, handoff) the handlers
+// get Config.InterruptTimeout to return; those still running then are
+// counted (tenure_tasks_interrupt_overruns_total) and named in the log, and
+// their tasks are never started again on this runner while they run. On
+// stop the runner revokes its lease only after its handlers have returned
+// (or the timeout has passed), since the revocation frees its locks at once.
+//
+// # Takeover
+//
+// A task a previous owner left running is taken over by the new owner at
+// once only if its claim says its holder enforced detachment
+// (task.Claim.Enforced): such a holder stops the attempt before its runner
+// lease can expire, because the attempt stays bound to the detachment
+// decision it was claimed under (detachment.Enforcement), even if the
+// runner's mode changes afterwards. A claim made in observe or off mode,
+// whose holder keeps running when cut off from etcd, is respected until its
+// lease lapses in S3 time; its holder's renewals push it for as long as the
+// attempt runs. So single execution holds in every mix of modes a staged
+// rollout reaches, and across a mode switch during a partition.
+//
+// A running attempt's claim is renewed every TaskLease/3 (sooner when the
+// S3 clock's uncertainty leaves less time). A guard on the local clock
+// cancels the handler half a renewal period before the claim could lapse
+// if renewals have failed, even when S3 and its clock cannot be reached; a
+// renewal refused because the task changed hands cancels it at once.
+//
+// # Entities
 //
 // Tasks that name an entity run one at a time per entity, in submission
 // order, on one in-memory instance created by the type's factory on its
 // first task; instances are passivated after Config.MaxIdle without work and,
 // least recently used first, beyond Config.MaxResident. Tasks without an
 // entity run concurrently. Concurrency is bounded per shard and per runner.
+//
+// An entity's order holds under faults: a task put back for later keeps its
+// place at the head of its entity's mailbox, and the entity's later tasks
+// wait for it. That covers a task waiting for a previous holder's claim to
+// lapse, a store call that failed, a commit abandoned after an outage of a
+// task lease, a retry waiting out its backoff, and a ready pointer whose
+// object the submitter has not written yet (looked at again with backoff
+// for Config.OrphanWait, rather than at the next reconciliation).
 //
 // # Discovery and wake-ups
 //

@@ -51,7 +51,10 @@ type Config struct {
 	// moment its lock is deleted). 0 disables retries. Default 2s.
 	AcquireRetryWindow time.Duration
 	// InterruptTimeout bounds the wait for a shard's handlers to stop and
-	// hand over in-flight work on a planned release. Default 5s.
+	// hand over in-flight work on a planned release, and on stop the wait
+	// for every handler to return before the lease is revoked (a Handler
+	// that is a Quiescer). The entity host counts the handlers still
+	// running after it as overruns. Default 5s.
 	InterruptTimeout time.Duration
 	// ProbeInterval is how often a detached runner makes a cheap storage
 	// read, so that healthy signals keep arriving and it can re-attach.

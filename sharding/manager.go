@@ -154,8 +154,9 @@ func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.Cluste
 func (m *Manager) Machine() *detachment.Machine { return m.machine }
 
 // Run registers the runner and runs until ctx ends, then stops: it
-// interrupts every shard, revokes the lease (freeing the locks at once) and
-// returns. Use Drain first for a graceful handoff. A registration that finds
+// interrupts every shard, waits up to InterruptTimeout for the handler's
+// work to return (if the handler is a Quiescer), revokes the lease (freeing
+// the locks at once) and returns. Use Drain first for a graceful handoff. A registration that finds
 // the runner id still held by a previous incarnation is retried until that
 // lease expires.
 func (m *Manager) Run(ctx context.Context) error {
