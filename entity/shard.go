@@ -438,12 +438,8 @@ func (e *shardExec) passivate(in *instance, reason StopReason) {
 // the lock is still held: the successor sees what they wrote.
 func (e *shardExec) stopEntities() {
 	reason, ctx := StopShardLost, context.Background()
-	select {
-	case <-e.fate:
-		if e.handoffCtx != nil {
-			reason, ctx = StopShardReleased, e.handoffCtx
-		}
-	default:
+	if hctx := e.awaitFate(); hctx != nil {
+		reason, ctx = StopShardReleased, hctx
 	}
 	e.mu.Lock()
 	var insts []*instance
