@@ -341,7 +341,11 @@ func (c *cluster) waitConverged(rs []*testRunner, within time.Duration) map[stor
 	var want Assignment
 	for {
 		own, ok := c.ownership(rs)
-		want = Reassign(c.meta.Groups, c.meta.Shards, c.candidates(rs), own)
+		proc, err := ProcedureNamed(c.meta.Hash)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		want = proc.Reassign(c.meta.Groups, c.meta.Shards, c.candidates(rs), own)
 		if ok && len(own) == len(want) {
 			match := true
 			for s, r := range want {

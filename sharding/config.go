@@ -40,15 +40,16 @@ type Config struct {
 	// Default 10s.
 	RebalanceInterval time.Duration
 	// LockRefreshInterval is how often owned locks are verified with one
-	// read of shards/ (the lock watch verifies them continuously as well).
+	// read of shards/ (the membership stream verifies them continuously as
+	// well).
 	// Must be ≤ LeaseTTL/3. Default LeaseTTL/3.
 	LockRefreshInterval time.Duration
 	// AcquireRetryInterval is the pause between tries at shards assigned to
 	// this runner but still held elsewhere. Default 200ms.
 	AcquireRetryInterval time.Duration
 	// AcquireRetryWindow is how long such tries go on before giving up
-	// until the next rebalance (the lock watch still acquires a shard the
-	// moment its lock is deleted). 0 disables retries. Default 2s.
+	// until the next rebalance (the membership stream still acquires a
+	// shard the moment its lock is deleted). 0 disables retries. Default 2s.
 	AcquireRetryWindow time.Duration
 	// InterruptTimeout bounds the wait for a shard's handlers to stop and
 	// hand over in-flight work on a planned release, and on stop the wait

@@ -36,8 +36,8 @@ func (m *Manager) loop(ctx context.Context) {
 		case <-safety.C:
 			next := m.rebalance(ctx, true)
 			safety.Reset(next)
-		case ev := <-m.lockEvents:
-			m.onLockEvents(ctx, ev)
+		case b := <-m.membership:
+			m.onMembership(ctx, b)
 		case <-retry.C:
 			if m.retryDue() {
 				m.acquireWanted(ctx, true)
@@ -75,15 +75,9 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 	}
 	start := time.Now()
 	if fresh {
-		runners, rev, err := m.store.Runners(ctx)
-		m.storageResult("runners", err)
-		if err != nil && !errors.Is(err, storage.ErrCorrupt) {
+		if _, ok := m.readMembership(ctx); !ok {
 			return next
 		}
-		if err != nil {
-			m.log.Error("ignoring undecodable runner records", "err", err)
-		}
-		m.setRunners(runners, rev)
 	}
 	mine := m.assigned()
 	m.mu.Lock()
@@ -231,7 +225,7 @@ func (m *Manager) windowExhausted() bool {
 	}
 	slices.Sort(shards)
 	m.metrics.retryWindowExhausts.Inc()
-	m.log.Warn("acquire retry window exhausted with shards still held elsewhere; the lock watch or the next rebalance will take them",
+	m.log.Warn("acquire retry window exhausted with shards still held elsewhere; the membership stream or the next rebalance will take them",
 		"shards", shards, "window", m.cfg.AcquireRetryWindow)
 	return true
 }
@@ -372,117 +366,78 @@ func (m *Manager) reattach(ctx context.Context) {
 	m.notify.deliver()
 }
 
-// onLockEvents reacts to changes of shards/, taking every event already
-// queued behind ev so a burst costs one acquisition: our lock deleted or
-// taken means the shard is lost now; a deleted lock we are assigned means
-// acquire now, without waiting for a poll.
-func (m *Manager) onLockEvents(ctx context.Context, ev storage.LockEvent) {
-	events := []storage.LockEvent{ev}
+// onMembership absorbs the membership batch b, and every batch already
+// queued behind it so that a burst costs one acquisition, and reacts: a
+// rebalance soon if the runners changed or a shard we own is no longer
+// ours, an acquisition now of the free shards the view gives us.
+func (m *Manager) onMembership(ctx context.Context, b storage.MembershipBatch) {
+	batches := []storage.MembershipBatch{b}
 	for more := true; more; {
 		select {
-		case e := <-m.lockEvents:
-			events = append(events, e)
+		case b := <-m.membership:
+			batches = append(batches, b)
 		default:
 			more = false
 		}
 	}
-	var wanted []storage.ShardID
+	r := m.absorb(batches)
+	if r.rebalance {
+		m.debounce.call()
+	}
+	if len(r.wanted) > 0 {
+		m.acquireWanted(ctx, false, r.wanted...)
+	}
+}
+
+// reaction is what absorbing membership changes calls for.
+type reaction struct {
+	wanted    []storage.ShardID // free shards the view gives us: acquire now
+	rebalance bool              // the runners changed, or an owned shard is no longer ours
+}
+
+// absorb applies membership batches to the view, recomputes the assignment,
+// and settles what the lock changes mean at once: our lock deleted or taken
+// means the shard is lost now; a deleted lock the view gives us is wanted
+// now, without waiting for a poll.
+func (m *Manager) absorb(batches []storage.MembershipBatch) reaction {
 	m.mu.Lock()
 	lease := int64(0)
 	if m.session != nil {
 		lease = m.session.LeaseID()
 	}
-	// A lock released by a runner our view still assigns it to means the
-	// view trails the runners/ watch (a drain's weight 0, a departed
-	// runner's record): read the runners now instead of waiting for the
-	// debounced pass, so that the successor takes the shard within one
-	// etcd round trip of its release. The holder is the one just before
-	// the delete, so a batch that also carries the lock's put (a watch
-	// that started late) counts too.
-	stale := false
-	for _, ev := range events {
-		if ev.Err != nil {
-			m.log.Error("undecodable shard lock record", "shard", ev.Shard.String(), "err", ev.Err)
-		}
-		if ev.Kind == storage.EventDelete {
-			delete(m.suspended, ev.Shard)
-			if h := m.holders[ev.Shard]; h != "" {
-				m.freedBy[ev.Shard] = h
-				if h != m.self.ID && m.assignment[ev.Shard] == h {
-					stale = true
-				}
-			}
-			delete(m.holders, ev.Shard)
-		} else if ev.Err == nil {
-			m.holders[ev.Shard] = ev.Lock.RunnerID
-			delete(m.freedBy, ev.Shard)
-		}
-	}
+	a := m.absorbLocked(batches)
 	// The holders feed the assignment: recompute it before deciding.
 	m.recomputeLocked()
-	rebalance := m.mustRebalance()
-	for _, ev := range events {
-		o, own := m.owned[ev.Shard]
-		// An event older than our lock (say the previous holder's delete,
+	r := reaction{rebalance: a.runners || m.mustRebalance()}
+	wanted := map[storage.ShardID]bool{}
+	for _, c := range a.locks {
+		o, own := m.owned[c.shard]
+		// A change older than our lock (say the previous holder's delete,
 		// still queued when we acquired) says nothing about it.
-		if own && ev.Revision >= o.Epoch && (ev.Kind == storage.EventDelete || ev.Lock.LeaseID != lease || ev.Lock.Epoch != o.Epoch) {
-			m.log.Warn("shard lock lost", "shard", ev.Shard.String(), "epoch", o.Epoch, "event", ev.Kind.String(), "holder", ev.Lock.RunnerID)
-			m.lose(ev.Shard, LossLockLost, errors.New("lock watch: deleted or taken by another lease"))
+		if own && c.rev >= o.Epoch && (c.kind == storage.EventDelete || c.lock.LeaseID != lease || c.lock.Epoch != o.Epoch) {
+			m.log.Warn("shard lock lost", "shard", c.shard.String(), "epoch", o.Epoch, "event", c.kind.String(), "holder", c.lock.RunnerID)
+			m.lose(c.shard, LossLockLost, errors.New("membership stream: lock deleted or taken by another lease"))
 			own = false
 		}
-		if ev.Kind == storage.EventDelete && !own && m.assignment[ev.Shard] == m.self.ID {
-			wanted = append(wanted, ev.Shard)
+		if c.kind == storage.EventDelete && !own && m.assignment[c.shard] == m.self.ID {
+			wanted[c.shard] = true
 		}
 	}
-	// A shard freed by a departing runner while our view gave it to another
-	// successor can be ours in a later view: successors see each other's
-	// acquisitions at different moments, place the free shards by
-	// different counts, and may each give such a shard to the other. Take
-	// it as soon as our view says it is ours, not at the next rebalance.
-	// Only shards whose last holder is leaving (drained or gone) qualify:
-	// one released by a live runner during a join is in transit to the
-	// newcomer, and taking it on a transient view would make it flap.
-	// Pending shards keep to their retry window.
+	// A shard freed by a departing runner and meant for another successor
+	// becomes ours when a later change turns it to us — that successor
+	// drains or leaves too before taking it, or (in a cluster on
+	// ProcedureV1, whose hand-overs are not path-stable) the successors'
+	// acquisitions turn it. Take it as soon as our view says it is ours,
+	// not at the next rebalance. Only shards whose last holder is leaving
+	// (drained or gone) qualify: one released by a live runner is in
+	// transit to its new owner. Pending shards keep to their retry window.
 	for _, s := range m.freedByLeavingLocked() {
-		if !slices.Contains(wanted, s) {
-			wanted = append(wanted, s)
-		}
+		wanted[s] = true
 	}
 	m.mu.Unlock()
 	m.notify.deliver()
-	if rebalance {
-		m.debounce.call()
-	}
-	if stale {
-		// Only free shards are taken here; releases wait for the debounced
-		// pass, which sees a settled view (releasing on a transient one
-		// makes shards flap).
-		wanted = m.refreshForFreeShards(ctx)
-	}
-	if len(wanted) > 0 {
-		m.acquireWanted(ctx, false, wanted...)
-	}
-}
-
-// refreshForFreeShards re-reads the runners and returns the shards the new
-// assignment gives us that no one holds.
-func (m *Manager) refreshForFreeShards(ctx context.Context) []storage.ShardID {
-	runners, rev, err := m.store.Runners(ctx)
-	m.storageResult("runners", err)
-	if err != nil && !errors.Is(err, storage.ErrCorrupt) {
-		return nil
-	}
-	m.setRunners(runners, rev)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var free []storage.ShardID
-	for s, r := range m.assignment {
-		if _, own := m.owned[s]; r == m.self.ID && !own && m.holders[s] == "" {
-			free = append(free, s)
-		}
-	}
-	slices.SortFunc(free, cmpShard)
-	return free
+	r.wanted = slices.SortedFunc(maps.Keys(wanted), cmpShard)
+	return r
 }
 
 // freedByLeavingLocked returns, sorted, the free shards the assignment
@@ -510,17 +465,15 @@ func (m *Manager) freedByLeavingLocked() []storage.ShardID {
 }
 
 // probe makes a cheap read while detached, so a healthy store keeps sending
-// healthy signals and the runner can re-attach; it refreshes the runner view
-// on the way.
+// healthy signals and the runner can re-attach. It leaves the view to the
+// membership stream: a listing of every lock per probe would load etcd when
+// it is least able to bear it.
 func (m *Manager) probe(ctx context.Context) {
 	if _, _, _, ok := m.attachedGen(); ok {
 		return
 	}
-	runners, rev, err := m.store.Runners(ctx)
+	_, _, err := m.store.Runners(ctx)
 	m.storageResult("probe", err)
-	if err == nil || errors.Is(err, storage.ErrCorrupt) {
-		m.setRunners(runners, rev)
-	}
 }
 
 // drain drops our weight to 0 and releases every shard, one by one.

@@ -30,6 +30,7 @@ import (
 type Manager struct {
 	store   storage.RunnerStore
 	meta    storage.ClusterMeta
+	proc    Procedure // the assignment procedure meta.Hash names
 	cfg     Config
 	log     *slog.Logger
 	machine *detachment.Machine
@@ -39,7 +40,7 @@ type Manager struct {
 	rebalanceSoon trigger // debounced membership change or explicit request
 	attachSoon    trigger // the machine re-attached
 	reregister    trigger // the lease is gone
-	lockEvents    chan storage.LockEvent
+	membership    chan storage.MembershipBatch
 	drainReq      chan chan error
 	debounce      *debouncer
 
@@ -53,12 +54,12 @@ type Manager struct {
 	suspended map[storage.ShardID]int64 // shard → epoch
 	pending   map[storage.ShardID]*pendingShard
 	runners   map[string]storage.RunnerInfo
-	// runnersRev is the etcd revision the runner view reflects: a listing
-	// or watch event older than it would move the view back in time (a
-	// fresh read that raced a watch event must not drop a runner the event
-	// added), so it is ignored.
-	runnersRev int64
-	holders    Assignment // shard → holder's runner id, from the lock watch
+	// viewRev is the etcd revision the membership view (runners, holders)
+	// reflects: a listing or event no newer would move the view back in
+	// time (a fresh read that raced the stream), so it is skipped. See
+	// membership.go.
+	viewRev int64
+	holders Assignment // shard → holder's runner id, from the membership stream
 	// freedBy maps a shard whose lock is gone to the runner that held it,
 	// until the shard is locked again (see onLockEvents).
 	freedBy    Assignment
@@ -112,6 +113,10 @@ func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.Cluste
 	if len(meta.Groups) == 0 {
 		return nil, fmt.Errorf("%w: cluster meta groups: at least one shard group is needed", ErrInvalidConfig)
 	}
+	proc, err := ProcedureNamed(meta.Hash)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cluster meta hash: %w", ErrInvalidConfig, err)
+	}
 	o := managerOptions{handler: NopHandler{}, logger: slog.New(slog.DiscardHandler), clock: detachment.SystemClock()}
 	for _, opt := range opts {
 		opt(&o)
@@ -127,6 +132,7 @@ func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.Cluste
 	m := &Manager{
 		store:         store,
 		meta:          meta,
+		proc:          proc,
 		cfg:           cfg,
 		log:           o.logger.With("runner", self.ID),
 		machine:       machine,
@@ -134,7 +140,7 @@ func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.Cluste
 		rebalanceSoon: newTrigger(),
 		attachSoon:    newTrigger(),
 		reregister:    newTrigger(),
-		lockEvents:    make(chan storage.LockEvent, 256),
+		membership:    make(chan storage.MembershipBatch, 64),
 		drainReq:      make(chan chan error),
 		self:          self,
 		owned:         map[storage.ShardID]*owned{},
@@ -171,7 +177,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	// A runner that disagrees with the cluster about its shape must not
 	// take part: its assignment would differ from everyone else's.
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err := m.store.EnsureMeta(cctx, m.meta)
+	err := m.adoptProcedure(cctx)
+	if err == nil {
+		_, err = m.store.EnsureMeta(cctx, m.meta)
+	}
 	cancel()
 	if err != nil {
 		m.machine.Close()
@@ -184,9 +193,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	wg.Add(3)
-	go func() { defer wg.Done(); m.watchRunners(loopCtx) }()
-	go func() { defer wg.Done(); m.watchLocks(loopCtx) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); m.watchMembership(loopCtx) }()
 	go func() { defer wg.Done(); m.loop(loopCtx) }()
 
 	<-ctx.Done()
@@ -216,6 +224,38 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// adoptProcedure makes the runner use the assignment procedure of an
+// existing cluster when it knows it, before EnsureMeta compares the rest:
+// a cluster created by an earlier version keeps its procedure, so that
+// runners of both versions compute the same owners while it is upgraded.
+func (m *Manager) adoptProcedure(ctx context.Context) error {
+	stored, err := m.store.Meta(ctx)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil // a new cluster: EnsureMeta records ours
+	}
+	if err != nil || stored.Hash == m.meta.Hash {
+		return err
+	}
+	p, err := ProcedureNamed(stored.Hash)
+	if err != nil {
+		return fmt.Errorf("cluster meta: %w", err)
+	}
+	m.log.Warn("the cluster was created with an earlier assignment procedure; using it, so that every runner computes the same owners",
+		"procedure", p.Name(), "current", HashName)
+	m.mu.Lock()
+	m.meta.Hash, m.proc = stored.Hash, p
+	m.mu.Unlock()
+	return nil
+}
+
+// Procedure returns the assignment procedure the runner uses (the
+// cluster's, once Run has read its meta).
+func (m *Manager) Procedure() Procedure {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc
 }
 
 // Drain hands every shard over gracefully: the runner's weight drops to 0

@@ -66,13 +66,12 @@ func TestConvergeAndJoin(t *testing.T) {
 		if sp.runner == "r4" || sp.epoch == epochs[sp.shard] {
 			continue
 		}
-		if before[sp.shard] != sp.runner {
-			t.Logf("%s acquired shard %s (epoch %d) after the join; it belonged to %s", sp.runner, sp.shard, sp.epoch, before[sp.shard])
-		}
+		t.Logf("%s acquired shard %s (epoch %d, was %d) at %s, after the join at %s; it belonged to %s",
+			sp.runner, sp.shard, sp.epoch, epochs[sp.shard], sp.start.Format("15:04:05.000"), joinedAt.Format("15:04:05.000"), before[sp.shard])
 		extra++
 	}
-	if extra > 2 {
-		t.Errorf("%d shards were taken by old runners during the join (%d of them ended away from their owner); want at most 2", extra, strays)
+	if extra > 0 {
+		t.Errorf("%d shards were taken by old runners during the join (%d of them ended away from their owner); want 0", extra, strays)
 	}
 	ideal := float64(64) / 4
 	t.Logf("join: %d shards moved, all to the new runner; ideal %.1f", len(moved), ideal)
@@ -404,15 +403,16 @@ func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time,
 	}
 }
 
-// gatedRunnerWatch holds back the runners/ watch while shut, as a watch
-// stream that trails the lock stream would.
-type gatedRunnerWatch struct {
+// gatedMembership holds back the membership stream while shut, as a
+// stream that trails the cluster does; it delivers every batch, in order,
+// when opened.
+type gatedMembership struct {
 	storage.RunnerStore
 	mu   sync.Mutex
 	gate chan struct{} // non-nil while shut; closed on opening
 }
 
-func (g *gatedRunnerWatch) shut() {
+func (g *gatedMembership) shut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gate == nil {
@@ -420,7 +420,7 @@ func (g *gatedRunnerWatch) shut() {
 	}
 }
 
-func (g *gatedRunnerWatch) open() {
+func (g *gatedMembership) open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gate != nil {
@@ -429,12 +429,12 @@ func (g *gatedRunnerWatch) open() {
 	}
 }
 
-func (g *gatedRunnerWatch) WatchRunners(ctx context.Context) <-chan storage.RunnerEvent {
-	in := g.RunnerStore.WatchRunners(ctx)
-	out := make(chan storage.RunnerEvent)
+func (g *gatedMembership) WatchMembership(ctx context.Context) <-chan storage.MembershipBatch {
+	in := g.RunnerStore.WatchMembership(ctx)
+	out := make(chan storage.MembershipBatch)
 	go func() {
 		defer close(out)
-		for ev := range in {
+		for b := range in {
 			g.mu.Lock()
 			gate := g.gate
 			g.mu.Unlock()
@@ -445,7 +445,7 @@ func (g *gatedRunnerWatch) WatchRunners(ctx context.Context) <-chan storage.Runn
 				}
 			}
 			select {
-			case out <- ev:
+			case out <- b:
 			case <-ctx.Done():
 			}
 		}
@@ -453,18 +453,17 @@ func (g *gatedRunnerWatch) WatchRunners(ctx context.Context) <-chan storage.Runn
 	return out
 }
 
-// TestHandOverWhileRunnerViewLags: the successor's runners/ watch has not
-// delivered the drain's weight 0 when the releases arrive. A release by a
-// runner its view still assigns the shard to makes it read the runners at
-// once, so it takes every shard within milliseconds of its release, not
-// at the next safety pass (30 s away here).
-func TestHandOverWhileRunnerViewLags(t *testing.T) {
+// TestHandOverAfterViewLag: the successor's membership stream is held back
+// while a runner drains; the drain, its weight 0 and every release arrive
+// at once when the stream resumes, and the successor takes every shard
+// straight away, without a shard going anywhere else.
+func TestHandOverAfterViewLag(t *testing.T) {
 	testenv.CheckLeaks(t)
 	cfg := testConfig()
 	cfg.RebalanceInterval = 30 * time.Second
 	c := newCluster(t, 16, cfg)
 	d := c.start("drainer", 1)
-	gate := &gatedRunnerWatch{}
+	gate := &gatedMembership{}
 	heir := c.startWith("heir", 1, func(s storage.RunnerStore) storage.RunnerStore {
 		gate.RunnerStore = s
 		return gate
@@ -472,16 +471,24 @@ func TestHandOverWhileRunnerViewLags(t *testing.T) {
 	c.waitConverged(c.members(), 15*time.Second)
 	gate.shut()
 	defer gate.open()
-	n := len(d.mgr.Owned())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	start := time.Now()
 	if err := d.mgr.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	drained := time.Since(start)
+	if n := len(heir.mgr.Owned()); n == 16 {
+		t.Fatal("the heir owns every shard while its view is held back")
+	}
+	opened := time.Now()
+	gate.open()
 	testenv.WaitFor(t, "the heir to own every shard", 5*time.Second, func() bool { return len(heir.mgr.Owned()) == 16 })
-	checkHandOverGaps(t, c, d, start, n, drained)
+	took := time.Since(opened)
+	t.Logf("the heir owned every shard %s after its view caught up", took)
+	for _, sp := range c.ledger.acquiredAfter(opened) {
+		if sp.runner != "heir" {
+			t.Errorf("%s acquired %s after the drain", sp.runner, sp.shard)
+		}
+	}
 	c.ledger.checkNoOverlap(t)
 }
 
@@ -683,62 +690,61 @@ func TestMetaMismatchRefusesToStart(t *testing.T) {
 	}
 }
 
-// staleRunners serves, once armed, an old runner listing with its old
-// revision: a fresh read that raced a newer watch event.
-type staleRunners struct {
+// staleMembership serves, once armed, an old membership listing with its
+// old revision: a fresh read that raced newer stream batches.
+type staleMembership struct {
 	storage.RunnerStore
-	mu     sync.Mutex
-	list   []storage.RunnerInfo
-	rev    int64
-	served int
+	mu      sync.Mutex
+	listing *storage.MembershipBatch
+	served  int
 }
 
-func (s *staleRunners) arm(list []storage.RunnerInfo, rev int64) {
+func (s *staleMembership) arm(l storage.MembershipBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.list, s.rev = list, rev
+	s.listing = &l
 }
 
-func (s *staleRunners) Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error) {
+func (s *staleMembership) Membership(ctx context.Context) (storage.MembershipBatch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.list == nil {
-		return s.RunnerStore.Runners(ctx)
+	if s.listing == nil {
+		return s.RunnerStore.Membership(ctx)
 	}
 	s.served++
-	return slices.Clone(s.list), s.rev, nil
+	return *s.listing, nil
 }
 
-func (s *staleRunners) servedCount() int {
+func (s *staleMembership) servedCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.served
 }
 
-// TestStaleListingKeepsNewerView: a runner listing older than what the
-// runners/ watch already delivered does not move the view back in time.
-// (It once did: a fresh read racing a join dropped the newcomer from the
-// view until the next safety pass, and the two runners fought over its
-// shards meanwhile.)
+// TestStaleListingKeepsNewerView: a membership listing older than what the
+// stream already delivered does not move the view back in time. (It once
+// did: a fresh read racing a join dropped the newcomer from the view until
+// the next safety pass, and the two runners fought over its shards
+// meanwhile.)
 func TestStaleListingKeepsNewerView(t *testing.T) {
 	testenv.CheckLeaks(t)
 	cfg := testConfig()
 	cfg.RebalanceInterval = time.Second // safety passes: fresh reads
 	c := newCluster(t, 16, cfg)
-	stale := &staleRunners{}
+	stale := &staleMembership{}
 	a := c.startWith("a", 1, func(s storage.RunnerStore) storage.RunnerStore {
 		stale.RunnerStore = s
 		return stale
 	})
 	c.waitConverged(c.members(), 10*time.Second)
-	before, rev, err := stale.RunnerStore.Runners(context.Background())
-	if err != nil || len(before) != 1 {
-		t.Fatalf("listing before the join: %v %v", before, err)
+	before, err := stale.RunnerStore.Membership(context.Background())
+	if err != nil {
+		t.Fatalf("listing before the join: %v", err)
 	}
 	c.start("b", 1)
 	c.waitConverged(c.members(), 10*time.Second)
 	owned := len(a.mgr.Owned())
-	stale.arm(before, rev)
+	stale.arm(before)
 	testenv.WaitFor(t, "two safety passes on the stale listing", 10*time.Second, func() bool { return stale.servedCount() >= 2 })
 	if st := a.mgr.Status(); st.Runners != 2 || len(st.Owned) != owned || len(st.Pending) != 0 {
 		t.Fatalf("after a stale listing: %d runners in the view, %d shards owned (was %d), %d pending", st.Runners, len(st.Owned), owned, len(st.Pending))

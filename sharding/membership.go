@@ -2,61 +2,207 @@ package sharding
 
 import (
 	"context"
+	"errors"
+	"maps"
 
 	"github.com/tenurehq/tenure/storage"
 )
 
-// watchRunners keeps the runner view current from the runners/ watch and
-// recomputes the assignment on every change; releases and acquisitions wait
-// for the debounced rebalance.
-func (m *Manager) watchRunners(ctx context.Context) {
-	for ev := range m.store.WatchRunners(ctx) {
-		m.mu.Lock()
-		if ev.Revision != 0 && ev.Revision <= m.runnersRev {
-			m.mu.Unlock()
-			continue // a listing at least as new already holds it
-		}
-		m.runnersRev = max(m.runnersRev, ev.Revision)
-		if ev.Kind == storage.EventPut && ev.Err == nil {
-			m.runners[ev.ID] = ev.Runner
-		} else {
-			if ev.Err != nil {
-				m.log.Error("undecodable runner record; treating the runner as absent", "runner", ev.ID, "err", ev.Err)
-			}
-			delete(m.runners, ev.ID)
-		}
-		m.mu.Unlock()
-		m.recompute()
-		m.debounce.call()
-	}
-}
+// The membership view — runners, lock holders, and the assignment derived
+// from them — is built from one stream that carries runners/ and shards/
+// together in revision order (storage.RunnerStore.WatchMembership), and
+// from listings of both read at one revision (the stream's own, and the
+// safety pass's fresh reads). Invariant: between batches the view is the
+// state of both prefixes at viewRev, never a lock change without the
+// runner change that explains it. So every runner that has seen a
+// revision computes the same assignment for it, and a shard released for
+// a newcomer is never taken by a runner that has not heard of the
+// newcomer yet.
 
-// watchLocks forwards shard-lock changes to the loop.
-func (m *Manager) watchLocks(ctx context.Context) {
-	for ev := range m.store.WatchShardLocks(ctx) {
+// watchMembership forwards the membership stream to the loop, which is its
+// only consumer: the view changes in one goroutine, in stream order.
+func (m *Manager) watchMembership(ctx context.Context) {
+	for b := range m.store.WatchMembership(ctx) {
 		select {
-		case m.lockEvents <- ev:
+		case m.membership <- b:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// setRunners replaces the runner view with a listing read at rev, unless
-// the view already reflects a later revision (rev 0: unknown, applied).
-func (m *Manager) setRunners(list []storage.RunnerInfo, rev int64) {
-	m.mu.Lock()
-	if rev != 0 && rev < m.runnersRev {
-		m.mu.Unlock()
+// lockChange is a change of one shard's lock that the view absorbed, for
+// the loop to react to.
+type lockChange struct {
+	shard storage.ShardID
+	kind  storage.EventKind
+	lock  storage.ShardLock // zero on delete
+	rev   int64             // revision of the change (a listing's for a lock found gone)
+}
+
+// absorbed is what a set of batches changed in the view.
+type absorbed struct {
+	locks   []lockChange
+	runners bool // the runner view changed
+}
+
+// absorbLocked applies batches in order, under mu. A batch, or an event of
+// a batch, no newer than the view is skipped: a fresh listing may have
+// overtaken the stream.
+func (m *Manager) absorbLocked(batches []storage.MembershipBatch) absorbed {
+	var a absorbed
+	for _, b := range batches {
+		if b.Listing {
+			if b.Revision > m.viewRev {
+				m.replaceViewLocked(b, &a)
+				m.viewRev = b.Revision
+			}
+			continue
+		}
+		for _, ev := range b.Events {
+			if ev.Revision() <= m.viewRev {
+				continue
+			}
+			switch {
+			case ev.Runner != nil:
+				m.applyRunnerLocked(*ev.Runner)
+				a.runners = true
+			case ev.Lock != nil:
+				if c, ok := m.applyLockLocked(*ev.Lock); ok {
+					a.locks = append(a.locks, c)
+				}
+			}
+		}
+		m.viewRev = max(m.viewRev, b.Revision)
+	}
+	return a
+}
+
+func (m *Manager) applyRunnerLocked(ev storage.RunnerEvent) {
+	if ev.Kind == storage.EventPut && ev.Err == nil {
+		m.runners[ev.ID] = ev.Runner
 		return
 	}
-	m.runnersRev = max(m.runnersRev, rev)
-	clear(m.runners)
-	for _, r := range list {
-		m.runners[r.ID] = r
+	if ev.Err != nil {
+		m.log.Error("undecodable runner record; treating the runner as absent", "runner", ev.ID, "err", ev.Err)
 	}
-	m.mu.Unlock()
-	m.recompute()
+	delete(m.runners, ev.ID)
+}
+
+// applyLockLocked records a lock change in the holders; an undecodable
+// lock record is logged and leaves the view as it was.
+func (m *Manager) applyLockLocked(ev storage.LockEvent) (lockChange, bool) {
+	if ev.Err != nil {
+		m.log.Error("undecodable shard lock record", "shard", ev.Shard.String(), "err", ev.Err)
+		return lockChange{}, false
+	}
+	if ev.Kind == storage.EventDelete {
+		m.freeLocked(ev.Shard)
+		return lockChange{shard: ev.Shard, kind: storage.EventDelete, rev: ev.Revision}, true
+	}
+	m.holders[ev.Shard] = ev.Lock.RunnerID
+	delete(m.freedBy, ev.Shard)
+	return lockChange{shard: ev.Shard, kind: storage.EventPut, lock: ev.Lock, rev: ev.Revision}, true
+}
+
+// freeLocked records that shard's lock is gone, remembering its last holder
+// (see freedBy).
+func (m *Manager) freeLocked(s storage.ShardID) {
+	delete(m.suspended, s)
+	if h := m.holders[s]; h != "" {
+		m.freedBy[s] = h
+	}
+	delete(m.holders, s)
+}
+
+// replaceViewLocked makes a listing the view: runners and holders are
+// replaced, and every lock the view held that the listing lacks counts as
+// deleted at the listing's revision.
+func (m *Manager) replaceViewLocked(b storage.MembershipBatch, a *absorbed) {
+	runners := map[string]storage.RunnerInfo{}
+	held := map[storage.ShardID]storage.ShardLock{}
+	for _, ev := range b.Events {
+		switch {
+		case ev.Runner != nil && ev.Runner.Kind == storage.EventPut:
+			if ev.Runner.Err != nil {
+				m.log.Error("undecodable runner record; treating the runner as absent", "runner", ev.Runner.ID, "err", ev.Runner.Err)
+				continue
+			}
+			runners[ev.Runner.ID] = ev.Runner.Runner
+		case ev.Lock != nil && ev.Lock.Kind == storage.EventPut:
+			if ev.Lock.Err != nil {
+				m.log.Error("undecodable shard lock record", "shard", ev.Lock.Shard.String(), "err", ev.Lock.Err)
+				continue
+			}
+			held[ev.Lock.Shard] = ev.Lock.Lock
+		}
+	}
+	if !maps.EqualFunc(runners, m.runners, sameRunner) {
+		a.runners = true
+	}
+	clear(m.runners)
+	maps.Copy(m.runners, runners)
+	gone := map[storage.ShardID]bool{}
+	for s := range m.holders {
+		if _, ok := held[s]; !ok {
+			gone[s] = true
+		}
+	}
+	for s := range m.owned { // ours, though the view may not show it yet
+		if _, ok := held[s]; !ok {
+			gone[s] = true
+		}
+	}
+	for s := range gone {
+		m.freeLocked(s)
+		a.locks = append(a.locks, lockChange{shard: s, kind: storage.EventDelete, rev: b.Revision})
+	}
+	for s := range m.suspended {
+		if _, ok := held[s]; !ok {
+			delete(m.suspended, s)
+		}
+	}
+	for s, l := range held {
+		if m.holders[s] == l.RunnerID {
+			if o, own := m.owned[s]; !own || o.Epoch == l.Epoch {
+				continue // nothing new about it
+			}
+		}
+		m.holders[s] = l.RunnerID
+		delete(m.freedBy, s)
+		a.locks = append(a.locks, lockChange{shard: s, kind: storage.EventPut, lock: l, rev: l.Epoch})
+	}
+}
+
+func sameRunner(a, b storage.RunnerInfo) bool {
+	return a.ID == b.ID && a.Weight == b.Weight && a.Addr == b.Addr && a.Version == b.Version &&
+		a.StartedAt.Equal(b.StartedAt) && equalStrings(a.Groups, b.Groups)
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// readMembership reads a fresh listing and absorbs it (it replaces the view
+// when newer); ok reports whether the store answered.
+func (m *Manager) readMembership(ctx context.Context) (r reaction, ok bool) {
+	l, err := m.store.Membership(ctx)
+	m.storageResult("membership", err)
+	if err != nil && !errors.Is(err, storage.ErrCorrupt) {
+		return reaction{}, false
+	}
+	if err != nil {
+		m.log.Error("ignoring undecodable membership records", "err", err)
+	}
+	return m.absorb([]storage.MembershipBatch{l}), true
 }
 
 // recompute derives the assignment from the runner view and the current
@@ -83,7 +229,7 @@ func (m *Manager) recomputeLocked() {
 		self.Weight = 0
 	}
 	cands = append(cands, self)
-	m.assignment = Reassign(m.meta.Groups, m.meta.Shards, cands, m.holders)
+	m.assignment = m.proc.Reassign(m.meta.Groups, m.meta.Shards, cands, m.holders)
 	n := 0
 	for _, r := range m.assignment {
 		if r == m.self.ID {

@@ -182,6 +182,50 @@ type LockEvent struct {
 	Err      error // see RunnerEvent.Err
 }
 
+// MembershipEvent is one change of the membership stream: exactly one of
+// Runner and Lock is set.
+type MembershipEvent struct {
+	Runner *RunnerEvent // a change to runners/
+	Lock   *LockEvent   // a change to shards/
+}
+
+// Revision returns the etcd revision of the change.
+func (e MembershipEvent) Revision() int64 {
+	if e.Runner != nil {
+		return e.Runner.Revision
+	}
+	if e.Lock != nil {
+		return e.Lock.Revision
+	}
+	return 0
+}
+
+// MembershipBatch is one step of the membership stream (runners/ and
+// shards/ together). A consumer that applies whole batches in order holds,
+// after each, the state of both prefixes at Revision: it never sees a lock
+// change before the runner change that explains it (a join, a drain's
+// weight 0), nor half of one revision (a lease expiry deletes a runner and
+// its locks at once).
+type MembershipBatch struct {
+	// Revision is the etcd revision the state is at once the batch is
+	// applied.
+	Revision int64
+	// Listing marks a full listing of both prefixes read at Revision: a
+	// put for every live runner and every held lock (and, in a stream,
+	// deletes for the keys gone since the previous batch). A consumer
+	// replaces its view with it instead of applying it as changes. The
+	// first batch of a stream and every one after an interruption are
+	// listings.
+	Listing bool
+	// Resync marks a listing that follows an interruption (compaction,
+	// disconnect): changes between the previous batch and Revision were
+	// not seen one by one.
+	Resync bool
+	// Events are the changes in revision order (a listing: runners, then
+	// locks, then deletes).
+	Events []MembershipEvent
+}
+
 // ConfigValue is the dynamic config document as stored.
 type ConfigValue struct {
 	Value    []byte // raw document; nil when absent
@@ -229,12 +273,18 @@ type RunnerStore interface {
 	// undecodable records are handled as in Runners.
 	ShardLocks(ctx context.Context) ([]ShardLock, int64, error)
 
-	// WatchRunners streams changes to runners/, starting with a put for every
-	// live runner. The channel closes when ctx ends.
-	WatchRunners(ctx context.Context) <-chan RunnerEvent
 	// WatchShardLocks streams changes to shards/, starting with a put for
 	// every held lock. The channel closes when ctx ends.
 	WatchShardLocks(ctx context.Context) <-chan LockEvent
+	// Membership lists live runners and held locks together, read at one
+	// revision, as a Listing batch. Undecodable records are listed as
+	// events carrying Err, and also reported as an error wrapping
+	// ErrCorrupt.
+	Membership(ctx context.Context) (MembershipBatch, error)
+	// WatchMembership streams runners/ and shards/ as one stream of
+	// batches in revision order (see MembershipBatch), starting with a
+	// listing. The channel closes when ctx ends.
+	WatchMembership(ctx context.Context) <-chan MembershipBatch
 
 	// Config returns the dynamic config document (zero value when absent).
 	Config(ctx context.Context) (ConfigValue, error)

@@ -76,7 +76,7 @@ func TestKnownMetricsExist(t *testing.T) {
 		host.Close(ctx)
 	}()
 	if _, err := sharding.New(rs, storage.RunnerInfo{ID: "metrics", Weight: 1},
-		storage.ClusterMeta{Shards: 1, Groups: []string{storage.DefaultGroup}}, sharding.DefaultConfig(),
+		storage.ClusterMeta{Shards: 1, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}, sharding.DefaultConfig(),
 		sharding.WithRegistry(rec)); err != nil {
 		t.Fatal(err)
 	}

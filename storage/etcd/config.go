@@ -47,12 +47,12 @@ func (s *Store) PutConfig(ctx context.Context, value []byte, prevRevision int64)
 // value when present.
 func (s *Store) WatchConfig(ctx context.Context) <-chan storage.ConfigEvent {
 	out := make(chan storage.ConfigEvent, 4)
-	s.watch(ctx, configKey, false, func(ctx context.Context, c change) bool {
+	s.watch(ctx, configKey, "", false, each(func(ctx context.Context, c change) bool {
 		ev := storage.ConfigEvent{Kind: c.kind, Revision: c.rev, Resync: c.resync}
 		if c.kind == storage.EventPut {
 			ev.Value = storage.ConfigValue{Value: c.kv.Value, Revision: c.kv.ModRevision}
 		}
 		return send(ctx, out, ev)
-	}, func() { close(out) })
+	}), func() { close(out) })
 	return out
 }

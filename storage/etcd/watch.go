@@ -20,16 +20,43 @@ type change struct {
 	resync bool
 }
 
-// watch runs a list-then-watch loop on key (a prefix when prefix is set)
-// until ctx or the store ends, calling emit for every change in order and
+// batch is a step of a watch: the changes of one watch response (whole
+// revisions: etcd never splits a revision across responses), or one
+// listing. A consumer that applies whole batches holds the state of the
+// watched range at rev after each.
+type batch struct {
+	changes []change
+	rev     int64 // the range's revision once the batch is applied
+	// listing: the batch is a listing at rev, not watch events. In a full
+	// watch it holds a put for every key present and a delete for every
+	// key gone since the previous batch; otherwise only the difference.
+	listing bool
+	resync  bool // a listing after the watch broke (not the first one)
+}
+
+// each adapts a per-change consumer to batches.
+func each(emit func(context.Context, change) bool) func(context.Context, batch) bool {
+	return func(ctx context.Context, b batch) bool {
+		for _, c := range b.changes {
+			if !emit(ctx, c) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// watch runs a list-then-watch loop on key, or on the key range [key, end)
+// when end is set (relative keys; prefixEnd gives a prefix's end), until ctx
+// or the store ends, calling emit for every batch in revision order and
 // done once at the end. emit returns false to stop (its context ended).
 //
 // The loop keeps the consumer's view: it remembers each key's modification
 // revision, and whenever the watch breaks (compaction, lost leader, closed
 // stream) it lists again and emits the difference — puts for new or changed
-// keys, deletes for vanished ones — marked Resync, before watching again from
-// the list's revision.
-func (s *Store) watch(ctx context.Context, key string, prefix bool, emit func(context.Context, change) bool, done func()) {
+// keys (every key when full), deletes for vanished ones — marked Resync,
+// before watching again from the list's revision.
+func (s *Store) watch(ctx context.Context, key, end string, full bool, emit func(context.Context, batch) bool, done func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	s.wg.Add(1)
@@ -38,17 +65,30 @@ func (s *Store) watch(ctx context.Context, key string, prefix bool, emit func(co
 		defer done()
 		defer stop()
 		defer cancel()
-		w := watcher{s: s, key: key, prefix: prefix, emit: emit, view: map[string]int64{}}
+		w := watcher{s: s, key: key, end: end, full: full, emit: emit, view: map[string]int64{}}
 		w.run(ctx)
 	}()
 }
 
 type watcher struct {
-	s      *Store
-	key    string
-	prefix bool
-	emit   func(context.Context, change) bool
-	view   map[string]int64 // relative key → mod revision
+	s    *Store
+	key  string
+	end  string // relative range end; "" watches key alone
+	full bool   // listings emit every key, not only the changed ones
+	emit func(context.Context, batch) bool
+	view map[string]int64 // relative key → mod revision
+}
+
+// prefixEnd is the end of the key range of a prefix (relative keys share
+// the store prefix, so its range end is the store prefix plus this).
+func prefixEnd(prefix string) string { return clientv3.GetPrefixRangeEnd(prefix) }
+
+// rangeOpts selects the watched range for a Get or a Watch.
+func (w *watcher) rangeOpts() []clientv3.OpOption {
+	if w.end == "" {
+		return nil
+	}
+	return []clientv3.OpOption{clientv3.WithRange(w.s.opts.prefix + w.end)}
 }
 
 func (w *watcher) run(ctx context.Context) {
@@ -85,15 +125,16 @@ func (w *watcher) run(ctx context.Context) {
 func (w *watcher) follow(ctx context.Context, full string, rev int64) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(rev)}
-	if w.prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
+	opts := append([]clientv3.OpOption{clientv3.WithRev(rev)}, w.rangeOpts()...)
 	for resp := range w.s.cli.Watch(wctx, full, opts...) {
 		if err := resp.Err(); err != nil {
 			w.s.opts.logger.Warn("etcd watch: broken; re-listing", "key", full, "err", err)
 			return ctx.Err() == nil
 		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		b := batch{changes: make([]change, 0, len(resp.Events))}
 		for _, ev := range resp.Events {
 			c := change{key: w.s.rel(ev.Kv.Key), rev: ev.Kv.ModRevision}
 			if ev.Type == clientv3.EventTypeDelete {
@@ -104,9 +145,11 @@ func (w *watcher) follow(ctx context.Context, full string, rev int64) bool {
 				c.kv = ev.Kv
 				w.view[c.key] = ev.Kv.ModRevision
 			}
-			if !w.emit(ctx, c) {
-				return false
-			}
+			b.changes = append(b.changes, c)
+			b.rev = max(b.rev, c.rev)
+		}
+		if !w.emit(ctx, b) {
+			return false
 		}
 	}
 	return ctx.Err() == nil
@@ -117,27 +160,22 @@ func (w *watcher) follow(ctx context.Context, full string, rev int64) bool {
 func (w *watcher) relist(ctx context.Context, resync bool) (rev int64, ok bool, err error) {
 	full := w.s.opts.prefix + w.key
 	cctx, cancel := w.s.withTimeout(clientv3.WithRequireLeader(ctx))
-	var opts []clientv3.OpOption
-	if w.prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	resp, err := w.s.cli.Get(cctx, full, opts...)
+	resp, err := w.s.cli.Get(cctx, full, w.rangeOpts()...)
 	cancel()
 	if err != nil {
 		return 0, ctx.Err() == nil, w.s.opError("watch list", w.key, ctx, w.s.opts.requestTimeout, err)
 	}
 	rev = resp.Header.Revision
+	b := batch{rev: rev, listing: true, resync: resync}
 	seen := make(map[string]bool, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		k := w.s.rel(kv.Key)
 		seen[k] = true
-		if old, had := w.view[k]; had && old == kv.ModRevision {
+		if old, had := w.view[k]; had && old == kv.ModRevision && !w.full {
 			continue
 		}
 		w.view[k] = kv.ModRevision
-		if !w.emit(ctx, change{kind: storage.EventPut, key: k, kv: kv, rev: kv.ModRevision, resync: resync}) {
-			return rev, false, nil
-		}
+		b.changes = append(b.changes, change{kind: storage.EventPut, key: k, kv: kv, rev: kv.ModRevision, resync: resync})
 	}
 	var gone []string
 	for k := range w.view {
@@ -148,11 +186,12 @@ func (w *watcher) relist(ctx context.Context, resync bool) (rev int64, ok bool, 
 	slices.Sort(gone)
 	for _, k := range gone {
 		delete(w.view, k)
-		if !w.emit(ctx, change{kind: storage.EventDelete, key: k, rev: rev, resync: resync}) {
-			return rev, false, nil
-		}
+		b.changes = append(b.changes, change{kind: storage.EventDelete, key: k, rev: rev, resync: resync})
 	}
-	return rev, true, nil
+	if len(b.changes) == 0 && !w.full {
+		return rev, true, nil
+	}
+	return rev, w.emit(ctx, b), nil
 }
 
 // send delivers v on ch unless ctx ends first.

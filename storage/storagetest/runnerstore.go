@@ -56,8 +56,11 @@ func TestRunnerStore(t *testing.T, h RunnerStoreHarness) {
 	t.Run("ConcurrentAcquireOneOwner", func(t *testing.T) { testConcurrentAcquire(t, h) })
 	t.Run("HandoffWokenByWatch", func(t *testing.T) { testHandoffByWatch(t, h) })
 	t.Run("VerifyDetectsDeletedLock", func(t *testing.T) { testVerifyDetectsDelete(t, h) })
-	t.Run("WatchRunners", func(t *testing.T) { testWatchRunners(t, h) })
+	t.Run("WatchRunnerChanges", func(t *testing.T) { testWatchRunners(t, h) })
 	t.Run("WatchShardLocks", func(t *testing.T) { testWatchShardLocks(t, h) })
+	t.Run("WatchMembership", func(t *testing.T) { testWatchMembership(t, h) })
+	t.Run("WatchMembershipResumesAfterCompaction", func(t *testing.T) { testWatchMembershipResume(t, h) })
+	t.Run("MembershipListing", func(t *testing.T) { testMembershipListing(t, h) })
 	t.Run("Config", func(t *testing.T) { testConfig(t, h) })
 	t.Run("WatchResumesAfterDisconnect", func(t *testing.T) { testWatchResume(t, h, false) })
 	t.Run("WatchResumesAfterCompaction", func(t *testing.T) { testWatchResume(t, h, true) })
@@ -335,7 +338,7 @@ func testCorruptRunner(t *testing.T, h RunnerStoreHarness) {
 	}
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch := s.WatchRunners(ctx)
+	ch := runnerEvents(ctx, s)
 	seen := map[string]storage.RunnerEvent{}
 	for len(seen) < 3 {
 		ev := recv(t, ch, 5*time.Second, "runner watch")
@@ -489,8 +492,8 @@ func testStoreClose(t *testing.T, h RunnerStoreHarness) {
 	ns := h.Namespace(t)
 	s := h.Open(t, ns)
 	ss := register(t, s, "closing", longTTL)
-	ch := s.WatchRunners(context.Background())
-	recv(t, ch, 5*time.Second, "initial runner event")
+	ch := s.WatchMembership(context.Background())
+	recv(t, ch, 5*time.Second, "initial membership listing")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

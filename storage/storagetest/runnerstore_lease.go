@@ -94,7 +94,7 @@ func testLeaseExpiry(t *testing.T, h RunnerStoreHarness) {
 	watcher, crasher := h.Open(t, ns), h.Open(t, ns)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	runnersCh := watcher.WatchRunners(ctx)
+	runnersCh := runnerEvents(ctx, watcher)
 	locksCh := watcher.WatchShardLocks(ctx)
 	ss := register(t, crasher, "crasher", shortTTL)
 	if res, err := ss.AcquireShards(ctx, shards("default", 0, 3)); err != nil || res[2].Status != storage.Acquired {

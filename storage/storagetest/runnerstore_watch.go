@@ -10,13 +10,65 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
+// runnerEvents follows the runners in s's membership stream as runner
+// events, the way a consumer of runners/ alone sees them: changes as they
+// come, and for a listing the puts of new or changed runners and deletes
+// for the ones it no longer holds (marked Resync like the listing). The
+// channel closes when the stream does.
+func runnerEvents(ctx context.Context, s storage.RunnerStore) <-chan storage.RunnerEvent {
+	out := make(chan storage.RunnerEvent, 64)
+	go func() {
+		defer close(out)
+		view := map[string]int64{} // id → revision
+		for b := range s.WatchMembership(ctx) {
+			var evs []storage.RunnerEvent
+			seen := map[string]bool{}
+			for _, ev := range b.Events {
+				r := ev.Runner
+				if r == nil || (b.Listing && r.Kind == storage.EventDelete) {
+					continue
+				}
+				switch {
+				case r.Kind == storage.EventDelete:
+					delete(view, r.ID)
+				case b.Listing && view[r.ID] == r.Revision:
+					seen[r.ID] = true
+					continue // unchanged
+				default:
+					seen[r.ID] = true
+					view[r.ID] = r.Revision
+				}
+				evs = append(evs, *r)
+			}
+			if b.Listing {
+				for _, id := range slices.Sorted(maps.Keys(view)) {
+					if !seen[id] {
+						delete(view, id)
+						evs = append(evs, storage.RunnerEvent{Kind: storage.EventDelete, ID: id, Revision: b.Revision, Resync: b.Resync})
+					}
+				}
+			}
+			for _, ev := range evs {
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// testWatchRunners: the membership stream carries every change of a
+// runner's record — register, update, close — and ends with its context.
 func testWatchRunners(t *testing.T, h RunnerStoreHarness) {
 	ns := h.Namespace(t)
 	w, s := h.Open(t, ns), h.Open(t, ns)
 	register(t, s, "early", longTTL)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch := w.WatchRunners(ctx)
+	ch := runnerEvents(ctx, w)
 	ev := recv(t, ch, 5*time.Second, "initial put")
 	if ev.Kind != storage.EventPut || ev.ID != "early" || ev.Runner.ID != "early" || ev.Revision <= 0 || ev.Resync {
 		t.Fatalf("initial event %+v", ev)
@@ -88,7 +140,7 @@ func testWatchResume(t *testing.T, h RunnerStoreHarness, compact bool) {
 	register(t, s, "staying", longTTL)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	defer cancel()
-	ch := w.WatchRunners(ctx)
+	ch := runnerEvents(ctx, w)
 	view := map[string]bool{}
 	resynced := false
 	apply := func(ev storage.RunnerEvent) {

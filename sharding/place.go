@@ -1,0 +1,380 @@
+package sharding
+
+import (
+	"cmp"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/tenurehq/tenure/storage"
+)
+
+// placer holds the scratch space reused across the groups of one Assign.
+type placer struct {
+	proc   Procedure
+	group  string
+	ids    []string  // eligible runner ids, sorted
+	w      []float64 // normalised weights
+	raw    []float64 // weights as given: shares are computed from them, so integer weights give exact ideals
+	lo, hi []int     // load bands: what a runner may keep
+	// The bands walk places shards within: lo and hi when keeping
+	// (sticky), floor and ceil of the ideal at a cold start.
+	walkLo, walkHi []int
+	flo, fhi       []int     // floor and ceil of the ideal, within the band
+	ideal          []float64 // weighted ideal shares
+	count          []int
+	target         []int     // target counts (step 5)
+	order          []int     // scratch for targets' heap
+	invW           []float64 // 1 / w
+	cb             []float32 // cb[k*n+r]: costBound of shard k for runner r
+	heap           pairHeap
+	buf            []byte
+	keys           keyScratch // startRange scratch when single-threaded
+	keyCap         int        // the longest hashed key of the group
+}
+
+// assignGroup assigns the shards of group g among the eligible cands, from
+// the current owners, by p.proc.
+func (p *placer) assignGroup(out Assignment, g string, shards int, cands []candidate, current Assignment) {
+	p.group, p.ids, p.w, p.invW, p.raw = g, p.ids[:0], p.w[:0], p.invW[:0], p.raw[:0]
+	wmax := 0.0
+	for i := range cands {
+		c := &cands[i]
+		if c.weight > 0 && c.serves(g) {
+			wmax = max(wmax, c.weight)
+		}
+	}
+	if wmax == 0 {
+		return
+	}
+	for i := range cands {
+		c := &cands[i]
+		if c.weight > 0 && c.serves(g) {
+			if w := c.weight / wmax; w > 0 {
+				p.ids = append(p.ids, c.id)
+				p.w = append(p.w, w)
+				p.invW = append(p.invW, 1/w)
+				p.raw = append(p.raw, c.weight)
+			}
+		}
+	}
+	longest := 0
+	for _, id := range p.ids {
+		longest = max(longest, len(id))
+	}
+	p.keyCap = len(g) + len("/-9223372036854775808/") + longest
+	p.bands(shards)
+	p.start(shards)
+	if p.proc == ProcedureV1 {
+		p.assignGroupV1(out, shards, current)
+		return
+	}
+	p.assignGroupV2(out, shards, current)
+}
+
+// preferred returns shards ks sorted by runner r's score, highest first
+// (then by shard index).
+func (p *placer) preferred(r int, ks []int) []int {
+	type ranked struct {
+		k     int
+		score float64
+	}
+	rs := make([]ranked, len(ks))
+	for i, k := range ks {
+		p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), p.group, k)
+		rs[i] = ranked{k, p.exact(p.buf, r)}
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if a.score != b.score {
+			return cmp.Compare(b.score, a.score)
+		}
+		return cmp.Compare(a.k, b.k)
+	})
+	out := make([]int, len(rs))
+	for i, x := range rs {
+		out[i] = x.k
+	}
+	return out
+}
+
+// walk places the unplaced shards, whose best pairs are in p.heap (step 5).
+// It walks the pairs in order with a lazy max-heap holding, for every
+// unplaced shard, its best pair at the time it was pushed. Availability only
+// ever shrinks (counts only grow, and unplaced − deficit never increases), so
+// a popped pair whose runner is still available is the next pair of the walk
+// that places a shard; one whose runner is no longer available is replaced
+// by the shard's best remaining pair, which can only rank lower. deficit is
+// the shards still needed to lift every runner to its lo.
+func (p *placer) walk(out Assignment, deficit int) {
+	g := p.group
+	unplaced := len(p.heap)
+	for unplaced > 0 {
+		slack := max(unplaced-deficit, 0)
+		top := p.heap[0]
+		k, r := top.shard, top.runner
+		if !p.available(r, slack) {
+			p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), g, k)
+			r, s := p.best(p.buf, k, -1, slack)
+			p.heap[0] = scoredPair{score: s, runner: r, shard: k}
+			p.heap.down(0)
+			continue
+		}
+		if p.count[r] < p.walkLo[r] {
+			deficit--
+		}
+		p.count[r]++
+		unplaced--
+		out[storage.ShardID{Group: g, Index: k}] = p.ids[r]
+		p.heap.pop()
+	}
+}
+
+// available reports whether runner r may take one more shard, given slack =
+// unplaced − deficit.
+func (p *placer) available(r, slack int) bool {
+	return p.count[r] < p.walkLo[r] || (p.count[r] < p.walkHi[r] && slack > 0)
+}
+
+// best returns the runner of shard k's highest pair and its score, among
+// the runners available given slack = unplaced − deficit, or among all of
+// them when slack < 0 (the start, when every runner is available anyway).
+// key holds the hashed prefix "<group>/<k>/"; m, when ≥ 0, is the runner
+// with the lowest cost bound, known to be available.
+//
+// Exact scores cost a hash and a logarithm, so they are computed only for
+// the runners whose cost bound does not prove them below the best exact
+// score found so far: usually one or two per call. While shards are
+// unplaced some runner is always available: with slack > 0 one is below hi
+// (the bands sum to at least S), and with slack = 0 the deficit is
+// positive, so one is below lo.
+func (p *placer) best(key []byte, k, m, slack int) (int, float64) {
+	n := len(p.ids)
+	row := p.cb[k*n : (k+1)*n]
+	if m < 0 {
+		for r, c := range row {
+			if (m < 0 || c < row[m]) && (slack < 0 || p.available(r, slack)) {
+				m = r
+			}
+		}
+		if m < 0 { // unreachable (see above); never leave a shard unplaced
+			m = 0
+		}
+	}
+	b, bs := m, p.exact(key, m)
+	for r, c := range row {
+		if r == m || boundBelow(c, bs) || (slack >= 0 && !p.available(r, slack)) {
+			continue
+		}
+		// Equal scores go to the runner that sorts first by id.
+		if s := p.exact(key, r); s > bs || (s == bs && r < b) {
+			b, bs = r, s
+		}
+	}
+	return b, bs
+}
+
+// exact returns the score of runner r for the shard whose hashed prefix is
+// key. It appends to key, beyond its length, and so must not share key's
+// backing array with another goroutine.
+func (p *placer) exact(key []byte, r int) float64 {
+	return rendezvousScore(p.w[r], hashBytes(append(key, p.ids[r]...)))
+}
+
+// start fills p.cb with a bound of every (shard, runner) score, which costs
+// a hash but no logarithm, and p.heap with every shard's best pair. This is
+// where the time goes (a hash per pair), so large groups are split by shard
+// range over up to GOMAXPROCS goroutines; each writes only its own rows and
+// heap slots, so the result does not depend on scheduling.
+func (p *placer) start(shards int) {
+	n := len(p.ids)
+	if cap(p.cb) < shards*n {
+		p.cb = make([]float32, shards*n)
+	}
+	p.cb = p.cb[:shards*n]
+	if cap(p.heap) < shards {
+		p.heap = make(pairHeap, shards)
+	}
+	p.heap = p.heap[:shards]
+	workers := min(runtime.GOMAXPROCS(0), maxWorkers, shards*n/pairsPerWorker)
+	if workers <= 1 {
+		p.startRange(&p.keys, 0, shards)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (shards + workers - 1) / workers
+	for from := 0; from < shards; from += step {
+		wg.Go(func() { p.startRange(new(keyScratch), from, min(from+step, shards)) })
+	}
+	wg.Wait()
+}
+
+// maxSizeHint caps the size Assign preallocates its result for, so that an
+// absurd shard count costs memory only as the shards are placed.
+const maxSizeHint = 1 << 20
+
+// Parallelism limits for start: below pairsPerWorker pairs per goroutine
+// the start-up cost outweighs the gain.
+const (
+	maxWorkers     = 8
+	pairsPerWorker = 16384
+)
+
+// startRange does the work of start for shards [from, to), using ks as
+// scratch.
+//
+// Hashing dominates, and a key built just before it is hashed stalls the
+// hash on reading back bytes still in flight to memory (about 3× slower on
+// amd64). So the keys of all runners are laid out once, side by side, and
+// for each shard only the digits of the shard index are rewritten, in every
+// key before any is hashed; the keys are laid out again only when the
+// number of digits changes.
+func (p *placer) startRange(ks *keyScratch, from, to int) {
+	n := len(p.ids)
+	stride := p.keyCap
+	if cap(ks.mem) < n*stride {
+		ks.mem = make([]byte, n*stride)
+	}
+	if cap(ks.key) < n {
+		ks.key = make([][]byte, n)
+	}
+	ks.key = ks.key[:n]
+	if cap(ks.prefix) < stride {
+		ks.prefix = make([]byte, 0, stride)
+	}
+	digits := len(p.group) + 1 // offset of the shard index in a key
+	laidOut := -1              // prefix length the keys are laid out for
+	for k := from; k < to; k++ {
+		ks.prefix = appendKey(ks.prefix[:0], p.group, k)
+		if len(ks.prefix) != laidOut {
+			laidOut = len(ks.prefix)
+			for r, id := range p.ids {
+				key := append(ks.mem[r*stride:r*stride:(r+1)*stride], ks.prefix...)
+				ks.key[r] = append(key, id...)
+			}
+		} else {
+			index := ks.prefix[digits : len(ks.prefix)-1]
+			for _, key := range ks.key {
+				for i, d := range index {
+					key[digits+i] = d
+				}
+			}
+		}
+		row := p.cb[k*n : (k+1)*n]
+		m, low := 0, float32(math.Inf(1))
+		for r, key := range ks.key {
+			c := costBound(p.invW[r], hashBytes(key))
+			row[r] = c
+			if c < low {
+				m, low = r, c
+			}
+		}
+		r, s := p.best(ks.prefix, k, m, -1)
+		p.heap[k] = scoredPair{score: s, runner: r, shard: k}
+	}
+}
+
+// keyScratch is the scratch space of one startRange.
+type keyScratch struct {
+	mem    []byte   // n keys of keyCap bytes each
+	key    [][]byte // the runners' keys for the current shard, within mem
+	prefix []byte   // the current shard's prefix, with room for an id
+}
+
+// bands computes every eligible runner's load band (step 4) and resets the
+// counts.
+func (p *placer) bands(shards int) {
+	n := len(p.ids)
+	p.lo, p.hi, p.count = resizeInts(p.lo, n), resizeInts(p.hi, n), resizeInts(p.count, n)
+	p.flo, p.fhi = resizeInts(p.flo, n), resizeInts(p.fhi, n)
+	p.walkLo, p.walkHi = p.lo, p.hi
+	if cap(p.ideal) < n {
+		p.ideal = make([]float64, n)
+	}
+	p.ideal = p.ideal[:n]
+	// Shares come from the weights as given, so that integer weights give
+	// exact ideals; from the normalised ones when their sum overflows.
+	ws := p.raw
+	total := 0.0
+	for _, w := range ws {
+		total += w
+	}
+	if math.IsInf(total, 0) {
+		ws, total = p.w, 0
+		for _, w := range ws {
+			total += w
+		}
+	}
+	for r, w := range ws {
+		ideal := float64(float64(shards)*w) / total
+		tol := max(balanceTolerance*ideal, 1)
+		floor, ceil := math.Floor(ideal), math.Ceil(ideal)
+		p.lo[r] = int(min(max(math.Ceil(ideal-tol), 0), floor))
+		p.hi[r] = int(min(max(math.Floor(ideal+tol), ceil), float64(shards)))
+		p.ideal[r] = ideal
+		p.flo[r], p.fhi[r] = int(floor), int(ceil)
+		p.count[r] = 0
+	}
+}
+
+// resizeInts returns s with length n, reallocated if too small.
+func resizeInts(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
+}
+
+// scoredPair is one (shard, runner) pair of a group with its score.
+type scoredPair struct {
+	score  float64
+	runner int // index in id order
+	shard  int
+}
+
+// before is the total order of step 3: score descending, then runner id,
+// then shard index.
+func (a scoredPair) before(b scoredPair) bool {
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	if a.runner != b.runner {
+		return a.runner < b.runner
+	}
+	return a.shard < b.shard
+}
+
+// pairHeap is a binary heap whose root is the pair that comes first.
+type pairHeap []scoredPair
+
+func (h pairHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *pairHeap) pop() {
+	old := *h
+	last := len(old) - 1
+	old[0] = old[last]
+	*h = old[:last]
+	h.down(0)
+}
+
+func (h pairHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h) && h[r].before(h[l]) {
+			c = r
+		}
+		if !h[c].before(h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}

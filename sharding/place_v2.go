@@ -1,0 +1,153 @@
+package sharding
+
+import "github.com/tenurehq/tenure/storage"
+
+// assignGroupV2 is steps 5 and 6 of the specification: target counts from
+// the current counts, then each owner keeps what its target allows, and
+// the walk gives the other shards to the runners below their targets.
+func (p *placer) assignGroupV2(out Assignment, shards int, current Assignment) {
+	held := p.held(shards, current)
+	p.targets(held, shards)
+	for r, ks := range held {
+		if len(ks) > p.target[r] {
+			ks = p.preferred(r, ks)[:p.target[r]]
+		}
+		for _, k := range ks {
+			out[storage.ShardID{Group: p.group, Index: k}] = p.ids[r]
+		}
+		p.count[r] = len(ks)
+	}
+	// The walk starts from the best pair of every shard nobody kept.
+	free := p.heap[:0]
+	for _, sp := range p.heap {
+		if _, kept := out[storage.ShardID{Group: p.group, Index: sp.shard}]; !kept {
+			free = append(free, sp)
+		}
+	}
+	p.heap = free
+	p.heap.init()
+	p.walkLo, p.walkHi = p.target, p.target
+	deficit := 0
+	for r, t := range p.target {
+		deficit += t - p.count[r]
+	}
+	p.walk(out, deficit)
+}
+
+// held returns, per eligible runner, the shards of the group it owns in
+// current, in index order.
+func (p *placer) held(shards int, current Assignment) [][]int {
+	held := make([][]int, len(p.ids))
+	if len(current) == 0 {
+		return held
+	}
+	index := make(map[string]int, len(p.ids))
+	for r, id := range p.ids {
+		index[id] = r
+	}
+	for k := 0; k < shards; k++ {
+		if r, ok := index[current[storage.ShardID{Group: p.group, Index: k}]]; ok {
+			held[r] = append(held[r], k)
+		}
+	}
+	return held
+}
+
+// targets sets every runner's target count (step 5): its current count
+// clamped to its band, then adjusted one shard at a time, by the runner
+// furthest from its ideal in the direction needed, until the targets add
+// up to the shards. The bands allow it: Σ lo ≤ shards ≤ Σ hi.
+func (p *placer) targets(held [][]int, shards int) {
+	n := len(p.ids)
+	p.target = resizeInts(p.target, n)
+	sum := 0
+	for r := range n {
+		t := min(max(len(held[r]), p.lo[r]), p.hi[r])
+		p.target[r] = t
+		sum += t
+	}
+	if sum == shards {
+		return
+	}
+	step := 1 // add shards
+	if sum > shards {
+		step = -1 // give shards up
+	}
+	movable := func(r int) bool {
+		if step > 0 {
+			return p.target[r] < p.hi[r]
+		}
+		return p.target[r] > p.lo[r]
+	}
+	// gap is how far r is from its ideal in the direction of the step:
+	// ideal − target when adding, target − ideal when giving up.
+	gap := func(r int) float64 {
+		d := float64(p.ideal[r] - float64(p.target[r]))
+		if step < 0 {
+			return -d
+		}
+		return d
+	}
+	first := func(a, b int) bool {
+		if ga, gb := gap(a), gap(b); ga != gb {
+			return ga > gb
+		}
+		return a < b // first by id on a tie
+	}
+	h := runnerHeap{less: first, r: p.order[:0]}
+	for r := range n {
+		if movable(r) {
+			h.r = append(h.r, r)
+		}
+	}
+	h.init()
+	for sum != shards && len(h.r) > 0 {
+		r := h.r[0]
+		p.target[r] += step
+		sum += step
+		if movable(r) {
+			h.down(0)
+		} else {
+			h.pop()
+		}
+	}
+	p.order = h.r
+}
+
+// runnerHeap is a binary heap of runner indices whose root comes first by
+// less.
+type runnerHeap struct {
+	less func(a, b int) bool
+	r    []int
+}
+
+func (h *runnerHeap) init() {
+	for i := len(h.r)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *runnerHeap) pop() {
+	last := len(h.r) - 1
+	h.r[0] = h.r[last]
+	h.r = h.r[:last]
+	h.down(0)
+}
+
+func (h *runnerHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h.r) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h.r) && h.less(h.r[r], h.r[l]) {
+			c = r
+		}
+		if !h.less(h.r[c], h.r[i]) {
+			return
+		}
+		h.r[i], h.r[c] = h.r[c], h.r[i]
+		i = c
+	}
+}
