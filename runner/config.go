@@ -60,6 +60,9 @@ type Config struct {
 	Entity     EntityConfig     `yaml:"entity"`
 	Log        LogConfig        `yaml:"log"`
 	Tracing    TracingConfig    `yaml:"tracing"`
+
+	// unknownEnv are the TENURE_* variables Load ignored (see UnknownEnv).
+	unknownEnv []string
 }
 
 // EtcdConfig says how to reach etcd.

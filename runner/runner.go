@@ -87,7 +87,8 @@ func WithTypes(register func(*entity.Host) error) Option {
 	return func(r *Runner) { r.registerTypes = append(r.registerTypes, register) }
 }
 
-// New validates cfg and returns a runner; Run starts it.
+// New validates cfg and returns a runner; Run starts it. It logs one
+// warning naming the environment variables Load ignored (cfg.UnknownEnv).
 func New(cfg Config, opts ...Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -103,6 +104,9 @@ func New(cfg Config, opts ...Option) (*Runner, error) {
 	// carry it through r.log.
 	r.base = r.log
 	r.log = r.log.With("runner", cfg.RunnerID)
+	if names := cfg.UnknownEnv(); len(names) > 0 {
+		r.log.Warn("ignoring environment variables that name no config key", "vars", strings.Join(names, ","))
+	}
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

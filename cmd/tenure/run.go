@@ -31,7 +31,13 @@ second signal exits at once.
 
 Configuration comes from the config file (--config; default
 ./.tenure-dev/tenure.yaml), TENURE_* environment variables and flags, flags
-winning. Any key can be set with --set key=value (see the keys below).
+winning. Any key can be set with --set key=value (see the keys below); its
+variable is the key in upper case with "_" for "." (TENURE_ETCD_ENDPOINTS).
+A TENURE_* variable that names no key (TENURE_PORT, which a Kubernetes
+Service named "tenure" injects) is ignored with one logged warning; the
+TENURE_TASK_* variables an exec: handler gets are ignored silently, so the
+handler can run tenure commands itself (with --config: the runner's own
+TENURE_* configuration is not passed on to it).
 
 Handlers: --handler TYPE=http:URL posts each task as JSON to URL (2xx done,
 4xx permanent failure, 5xx/timeout retry); --handler TYPE=exec:COMMAND runs
@@ -75,7 +81,7 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 		}
 		overrides = append(overrides, "weight="+*weight)
 	}
-	cfg, err := cli.LoadConfig(overrides)
+	cfg, err := cli.loadConfig(overrides)
 	if err != nil {
 		return err
 	}

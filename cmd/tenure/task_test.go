@@ -231,3 +231,32 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestExecHandlerRunsTenure: an exec: handler's command runs `tenure task
+// submit` (this test binary acting as tenure) with the TENURE_TASK_*
+// variables its runner gives it, and the task it submits is there.
+func TestExecHandlerRunsTenure(t *testing.T) {
+	c := newCLICluster(t, true)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startRunner("r1", fmt.Sprintf(`spawn=exec:%s=1 '%s' --config '%s' task submit echo --id "child-of-$TENURE_TASK_ID" --input "{\"parent\":\"$TENURE_TASK_REF\"}" --json`,
+		cliMainEnv, self, c.cfgPath))
+	out, errOut, err := c.run(Task, "submit", "spawn", "--wait", "--json")
+	if err != nil {
+		t.Fatalf("the spawn task: %v\n%s\n%s", err, out, errOut)
+	}
+	parent := decodeTask(t, out)
+	var child task.Task
+	if err := json.Unmarshal(parent.Result, &child); err != nil {
+		t.Fatalf("the handler printed no task: %v\n%s", err, parent.Result)
+	}
+	if child.ID != "child-of-"+parent.ID {
+		t.Errorf("child id %q, want child-of-%s", child.ID, parent.ID)
+	}
+	got := decodeTask(t, c.mustRun(Task, "get", child.Ref(), "--json"))
+	if want := `{"parent":"` + parent.Ref() + `"}`; got.Type != "echo" || string(got.Input) != want {
+		t.Errorf("child task %s: type %s, input %s; want echo, %s", got.Ref(), got.Type, got.Input, want)
+	}
+}
