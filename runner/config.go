@@ -70,12 +70,49 @@ type EtcdConfig struct {
 	Endpoints      []string `yaml:"endpoints"`       // client URLs; required
 	Username       string   `yaml:"username"`        // etcd auth; empty disables
 	Password       string   `yaml:"password"`        //
-	CAFile         string   `yaml:"ca_file"`         // TLS: CA bundle; enables TLS
+	CAFile         string   `yaml:"ca_file"`         // TLS: CA bundle; enables TLS (not with http:// endpoints)
 	CertFile       string   `yaml:"cert_file"`       // TLS client certificate
 	KeyFile        string   `yaml:"key_file"`        // TLS client key
 	ServerName     string   `yaml:"server_name"`     // TLS server name override
 	DialTimeout    Duration `yaml:"dial_timeout"`    // default 5s
 	RequestTimeout Duration `yaml:"request_timeout"` // every call but keep-alives; default 5s
+}
+
+// checkSchemes refuses endpoints that would not connect the way the
+// settings say. etcd's client speaks plain text to an http:// endpoint
+// whatever its TLS settings, and uses the first endpoint's scheme for all
+// the endpoints: TLS settings with an http:// endpoint, or http:// and
+// https:// endpoints together, would silently run (partly) in plain text.
+// An endpoint without scheme (host:port) uses TLS when it is configured;
+// https:// endpoints without a CA file use the system roots.
+func (e EtcdConfig) checkSchemes() error {
+	var plain, secure string
+	for _, ep := range e.Endpoints {
+		scheme, _, ok := strings.Cut(ep, "://")
+		switch {
+		case !ok:
+		case strings.EqualFold(scheme, "http") && plain == "":
+			plain = ep
+		case strings.EqualFold(scheme, "https") && secure == "":
+			secure = ep
+		}
+	}
+	if plain == "" {
+		return nil
+	}
+	for _, f := range []struct{ key, value string }{
+		{"etcd.ca_file", e.CAFile}, {"etcd.cert_file", e.CertFile}, {"etcd.key_file", e.KeyFile}, {"etcd.server_name", e.ServerName},
+	} {
+		if f.value != "" {
+			return fmt.Errorf("%w: %s = %s: TLS settings need https:// endpoints, but etcd.endpoints has %s, to which the etcd client would speak plain text (use https://, or host:port without scheme)",
+				ErrInvalidConfig, f.key, f.value, plain)
+		}
+	}
+	if secure != "" {
+		return fmt.Errorf("%w: etcd.endpoints = %s: mixes %s and %s; the etcd client would use the first endpoint's scheme for all of them (use https:// throughout)",
+			ErrInvalidConfig, strings.Join(e.Endpoints, ","), plain, secure)
+	}
+	return nil
 }
 
 // S3Config says how to reach the object store.
@@ -285,6 +322,9 @@ func (c Config) Validate() error {
 	}
 	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
 		bad("etcd.cert_file", c.Etcd.CertFile, "cert_file and key_file go together")
+	}
+	if err := c.Etcd.checkSchemes(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Etcd.DialTimeout <= 0 || c.Etcd.RequestTimeout <= 0 {
 		bad("etcd.request_timeout", c.Etcd.RequestTimeout, "dial and request timeouts must be > 0")

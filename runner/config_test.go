@@ -178,3 +178,39 @@ func TestNoKeyUnderTaskEnvPrefix(t *testing.T) {
 		t.Error("EnvKey(TENURE_PORT) names a key")
 	}
 }
+
+// TestValidateEtcdSchemes: TLS settings with an http:// endpoint, which
+// the etcd client would use in plain text, are refused naming the setting
+// and the endpoint; so are http:// and https:// endpoints together.
+func TestValidateEtcdSchemes(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"ca_file", "etcd:\n  endpoints: [https://a:2379, http://127.0.0.1:2379]\n  ca_file: /etc/tenure/ca.pem\n",
+			"etcd.ca_file = /etc/tenure/ca.pem: TLS settings need https:// endpoints, but etcd.endpoints has http://127.0.0.1:2379"},
+		{"upper-case scheme", "etcd:\n  endpoints: [HTTP://a:2379]\n  ca_file: /ca.pem\n", "etcd.ca_file = /ca.pem: TLS settings need https:// endpoints, but etcd.endpoints has HTTP://a:2379"},
+		{"client certificate", "etcd:\n  endpoints: [http://a:2379]\n  cert_file: /c.pem\n  key_file: /k.pem\n", "etcd.cert_file = /c.pem"},
+		{"server name", "etcd:\n  endpoints: [http://a:2379]\n  server_name: etcd.internal\n", "etcd.server_name = etcd.internal"},
+		{"mixed schemes", "etcd:\n  endpoints: [http://a:2379, https://b:2379]\n", "etcd.endpoints = http://a:2379,https://b:2379: mixes http://a:2379 and https://b:2379"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, tc.file+"s3:\n  bucket: b\n"), nil, nil)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an ErrInvalidConfig with %q", err, tc.want)
+			}
+		})
+	}
+	// What stays accepted: TLS with https:// or scheme-less endpoints,
+	// https:// without a CA file (the system roots), plain http:// without
+	// TLS settings.
+	for _, file := range []string{
+		"etcd:\n  endpoints: [https://a:2379, https://b:2379]\n  ca_file: /ca.pem\n",
+		"etcd:\n  endpoints: [a:2379]\n  ca_file: /ca.pem\n",
+		"etcd:\n  endpoints: [https://a:2379]\n",
+		"etcd:\n  endpoints: [http://a:2379, b:2379]\n",
+	} {
+		if _, err := Load(writeFile(t, file+"s3:\n  bucket: b\n"), nil, nil); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+	}
+}

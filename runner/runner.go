@@ -365,7 +365,12 @@ func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*
 
 // EtcdTLS builds the TLS config of an etcd connection: nil for plain
 // connections; the system roots for https:// endpoints without a CA file.
+// TLS settings with an http:// endpoint are refused (the etcd client would
+// ignore them), as Config.Validate does.
 func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
+	if err := c.checkSchemes(); err != nil {
+		return nil, err
+	}
 	https := slices.ContainsFunc(c.Endpoints, func(e string) bool { return strings.HasPrefix(e, "https://") })
 	if c.CAFile == "" && c.CertFile == "" && !https {
 		return nil, nil

@@ -39,6 +39,11 @@ TENURE_TASK_* variables an exec: handler gets are ignored silently, so the
 handler can run tenure commands itself (with --config: the runner's own
 TENURE_* configuration is not passed on to it).
 
+etcd TLS: https:// endpoints use TLS, with the system roots unless
+etcd.ca_file is set. TLS settings (etcd.ca_file, cert_file, key_file,
+server_name) with an http:// endpoint are refused: etcd's client would
+speak plain text to it.
+
 Handlers: --handler TYPE=http:URL posts each task as JSON to URL (2xx done,
 4xx permanent failure, 5xx/timeout retry); --handler TYPE=exec:COMMAND runs
 COMMAND with the task input on stdin (exit 0 done, 75 retry, other
