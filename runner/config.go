@@ -117,8 +117,12 @@ func (e EtcdConfig) checkSchemes() error {
 
 // S3Config says how to reach the object store.
 type S3Config struct {
-	Endpoint  string `yaml:"endpoint"`   // e.g. http://127.0.0.1:23900; empty: AWS for the region
-	Region    string `yaml:"region"`     // default us-east-1
+	Endpoint string `yaml:"endpoint"` // e.g. http://127.0.0.1:23900; empty: AWS for the region
+	// Region signs the requests. Default: the AWS chain (AWS_REGION, then
+	// AWS_DEFAULT_REGION, then the region of the shared config profile,
+	// AWS_PROFILE or "default", in AWS_CONFIG_FILE or ~/.aws/config), else
+	// us-east-1.
+	Region    string `yaml:"region"`
 	Bucket    string `yaml:"bucket"`     // required
 	Prefix    string `yaml:"prefix"`     // key prefix; default tenure/<cluster>/
 	PathStyle bool   `yaml:"path_style"` // path-style addressing (most non-AWS servers)
@@ -201,7 +205,8 @@ func DefaultConfig() Config {
 			DialTimeout:    Duration(5 * time.Second),
 			RequestTimeout: Duration(5 * time.Second),
 		},
-		S3: S3Config{Region: "us-east-1", RequestTimeout: Duration(10 * time.Second)},
+		// No S3 region: an empty one follows the AWS chain (S3Config.Region).
+		S3: S3Config{RequestTimeout: Duration(10 * time.Second)},
 		Lease: LeaseConfig{
 			TTL:               Duration(sc.LeaseTTL),
 			KeepAliveInterval: Duration(sc.KeepAliveInterval),

@@ -211,7 +211,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
-	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "version", Version)
+	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "version", Version, "s3_region", r.obj.Region())
 
 	select {
 	case err := <-runErr:

@@ -55,7 +55,9 @@ type cliCluster struct {
 const cliShards = 8
 
 // newCLICluster writes the config of a new cluster; initialise writes its
-// meta, as the first runner would.
+// meta, as the first runner would. The config sets s3.region: the
+// embedded S3 checks it, and an unset one would follow the machine's AWS
+// environment.
 func newCLICluster(t *testing.T, initialise bool) *cliCluster {
 	t.Helper()
 	e := testenv.SharedEtcd(t)
@@ -70,6 +72,7 @@ etcd:
   request_timeout: 2s
 s3:
   endpoint: %s
+  region: %s
   bucket: %s
   path_style: true
   access_key: %s
@@ -88,7 +91,7 @@ entity:
 drain_timeout: 10s
 log:
   level: warn
-`, c.name, c.shards, e.Endpoint(), s3.Endpoint(), s3.Bucket(t), ak, sk)
+`, c.name, c.shards, e.Endpoint(), s3.Endpoint(), s3.Region(), s3.Bucket(t), ak, sk)
 	c.cfgPath = filepath.Join(t.TempDir(), "tenure.yaml")
 	if err := os.WriteFile(c.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

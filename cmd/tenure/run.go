@@ -44,6 +44,12 @@ etcd.ca_file is set. TLS settings (etcd.ca_file, cert_file, key_file,
 server_name) with an http:// endpoint are refused: etcd's client would
 speak plain text to it.
 
+S3 region: s3.region when set; else, as the AWS SDK resolves it,
+AWS_REGION, then AWS_DEFAULT_REGION, then the region of the AWS_PROFILE
+profile (else "default") in AWS_CONFIG_FILE (else ~/.aws/config); else
+us-east-1. The runner logs the region it signs for (s3_region) when it
+starts.
+
 Handlers: --handler TYPE=http:URL posts each task as JSON to URL (2xx done,
 4xx permanent failure, 5xx/timeout retry); --handler TYPE=exec:COMMAND runs
 COMMAND with the task input on stdin (exit 0 done, 75 retry, other
