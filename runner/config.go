@@ -60,6 +60,9 @@ type Config struct {
 	Entity     EntityConfig     `yaml:"entity"`
 	Log        LogConfig        `yaml:"log"`
 	Tracing    TracingConfig    `yaml:"tracing"`
+
+	// unknownEnv are the TENURE_* variables Load ignored (see UnknownEnv).
+	unknownEnv []string
 }
 
 // EtcdConfig says how to reach etcd.
@@ -67,7 +70,7 @@ type EtcdConfig struct {
 	Endpoints      []string `yaml:"endpoints"`       // client URLs; required
 	Username       string   `yaml:"username"`        // etcd auth; empty disables
 	Password       string   `yaml:"password"`        //
-	CAFile         string   `yaml:"ca_file"`         // TLS: CA bundle; enables TLS
+	CAFile         string   `yaml:"ca_file"`         // TLS: CA bundle; enables TLS (not with http:// endpoints)
 	CertFile       string   `yaml:"cert_file"`       // TLS client certificate
 	KeyFile        string   `yaml:"key_file"`        // TLS client key
 	ServerName     string   `yaml:"server_name"`     // TLS server name override
@@ -75,10 +78,51 @@ type EtcdConfig struct {
 	RequestTimeout Duration `yaml:"request_timeout"` // every call but keep-alives; default 5s
 }
 
+// checkSchemes refuses endpoints that would not connect the way the
+// settings say. etcd's client speaks plain text to an http:// endpoint
+// whatever its TLS settings, and uses the first endpoint's scheme for all
+// the endpoints: TLS settings with an http:// endpoint, or http:// and
+// https:// endpoints together, would silently run (partly) in plain text.
+// An endpoint without scheme (host:port) uses TLS when it is configured;
+// https:// endpoints without a CA file use the system roots.
+func (e EtcdConfig) checkSchemes() error {
+	var plain, secure string
+	for _, ep := range e.Endpoints {
+		scheme, _, ok := strings.Cut(ep, "://")
+		switch {
+		case !ok:
+		case strings.EqualFold(scheme, "http") && plain == "":
+			plain = ep
+		case strings.EqualFold(scheme, "https") && secure == "":
+			secure = ep
+		}
+	}
+	if plain == "" {
+		return nil
+	}
+	for _, f := range []struct{ key, value string }{
+		{"etcd.ca_file", e.CAFile}, {"etcd.cert_file", e.CertFile}, {"etcd.key_file", e.KeyFile}, {"etcd.server_name", e.ServerName},
+	} {
+		if f.value != "" {
+			return fmt.Errorf("%w: %s = %s: TLS settings need https:// endpoints, but etcd.endpoints has %s, to which the etcd client would speak plain text (use https://, or host:port without scheme)",
+				ErrInvalidConfig, f.key, f.value, plain)
+		}
+	}
+	if secure != "" {
+		return fmt.Errorf("%w: etcd.endpoints = %s: mixes %s and %s; the etcd client would use the first endpoint's scheme for all of them (use https:// throughout)",
+			ErrInvalidConfig, strings.Join(e.Endpoints, ","), plain, secure)
+	}
+	return nil
+}
+
 // S3Config says how to reach the object store.
 type S3Config struct {
-	Endpoint  string `yaml:"endpoint"`   // e.g. http://127.0.0.1:23900; empty: AWS for the region
-	Region    string `yaml:"region"`     // default us-east-1
+	Endpoint string `yaml:"endpoint"` // e.g. http://127.0.0.1:23900; empty: AWS for the region
+	// Region signs the requests. Default: the AWS chain (AWS_REGION, then
+	// AWS_DEFAULT_REGION, then the region of the shared config profile,
+	// AWS_PROFILE or "default", in AWS_CONFIG_FILE or ~/.aws/config), else
+	// us-east-1.
+	Region    string `yaml:"region"`
 	Bucket    string `yaml:"bucket"`     // required
 	Prefix    string `yaml:"prefix"`     // key prefix; default tenure/<cluster>/
 	PathStyle bool   `yaml:"path_style"` // path-style addressing (most non-AWS servers)
@@ -161,7 +205,8 @@ func DefaultConfig() Config {
 			DialTimeout:    Duration(5 * time.Second),
 			RequestTimeout: Duration(5 * time.Second),
 		},
-		S3: S3Config{Region: "us-east-1", RequestTimeout: Duration(10 * time.Second)},
+		// No S3 region: an empty one follows the AWS chain (S3Config.Region).
+		S3: S3Config{RequestTimeout: Duration(10 * time.Second)},
 		Lease: LeaseConfig{
 			TTL:               Duration(sc.LeaseTTL),
 			KeepAliveInterval: Duration(sc.KeepAliveInterval),
@@ -282,6 +327,9 @@ func (c Config) Validate() error {
 	}
 	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
 		bad("etcd.cert_file", c.Etcd.CertFile, "cert_file and key_file go together")
+	}
+	if err := c.Etcd.checkSchemes(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Etcd.DialTimeout <= 0 || c.Etcd.RequestTimeout <= 0 {
 		bad("etcd.request_timeout", c.Etcd.RequestTimeout, "dial and request timeouts must be > 0")

@@ -176,12 +176,15 @@ func RegisterHandlers(h *entity.Host, specs []string) error {
 // own, with the task input on stdin and the runner's environment (minus
 // its TENURE_* configuration, which may hold credentials) plus
 // TENURE_TASK_ID, TENURE_TASK_REF, TENURE_TASK_TYPE, TENURE_TASK_ENTITY and
-// TENURE_TASK_ATTEMPT. Exit status 0 completes the task with stdout as its
-// result (JSON of at most MaxHandlerResult bytes; empty is null); 75
-// (EX_TEMPFAIL) asks for a retry; any other status fails it permanently
-// with the last KiB of stderr. When the task is interrupted the group gets
-// SIGTERM, then SIGKILL after ExecKillGrace; processes the command leaves
-// behind in its group are killed when it exits.
+// TENURE_TASK_ATTEMPT. Config loading ignores those (TaskEnvPrefix), so
+// the command may itself run `tenure task submit` (given a config file:
+// the runner's TENURE_* configuration is not passed on). Exit status 0
+// completes the task with stdout as its result (JSON of at most
+// MaxHandlerResult bytes; empty is null); 75 (EX_TEMPFAIL) asks for a
+// retry; any other status fails it permanently with the last KiB of
+// stderr. When the task is interrupted the group gets SIGTERM, then
+// SIGKILL after ExecKillGrace; processes the command leaves behind in its
+// group are killed when it exits.
 //
 // A spec that does not parse gives a *HandlerSpecError naming it.
 func NewHandler(spec string, client *http.Client) (entity.HandlerFunc, error) {
@@ -386,11 +389,11 @@ func taskEnv(environ []string, t *task.Task) []string {
 		}
 	}
 	return append(env,
-		"TENURE_TASK_ID="+t.ID,
-		"TENURE_TASK_REF="+t.Ref(),
-		"TENURE_TASK_TYPE="+t.Type,
-		"TENURE_TASK_ENTITY="+t.Entity,
-		"TENURE_TASK_ATTEMPT="+strconv.Itoa(t.Attempt),
+		TaskEnvPrefix+"ID="+t.ID,
+		TaskEnvPrefix+"REF="+t.Ref(),
+		TaskEnvPrefix+"TYPE="+t.Type,
+		TaskEnvPrefix+"ENTITY="+t.Entity,
+		TaskEnvPrefix+"ATTEMPT="+strconv.Itoa(t.Attempt),
 	)
 }
 

@@ -17,11 +17,27 @@ import (
 // EnvPrefix starts every environment variable the config reads.
 const EnvPrefix = "TENURE_"
 
+// TaskEnvPrefix starts the variables an exec: handler's command gets about
+// its task (TENURE_TASK_ID, TENURE_TASK_REF, ...; see NewHandler). They are
+// not config: Load ignores them without a warning, so that the command can
+// run tenure itself (`tenure task submit` from a handler).
+const TaskEnvPrefix = "TENURE_TASK_"
+
 // Load builds a Config: defaults, then the YAML file at path (skipped when
 // path is empty), then the TENURE_* variables of environ, then overrides
 // ("key=value", from flags, in order). Keys that derive from the lease TTL
 // (keep-alive interval and timeout, detach margin, lock refresh) follow it
 // unless set themselves. The result is validated.
+//
+// A TENURE_* variable that names no config key is ignored, not an error:
+// others than Tenure set such variables (a Kubernetes Service named
+// "tenure" gives every pod of its namespace TENURE_PORT,
+// TENURE_SERVICE_HOST and more). Config.UnknownEnv lists them, for the one
+// warning New logs (and the CLI prints); the TENURE_TASK_* variables of an
+// exec: handler are left out of it. A variable that names a key with a
+// value that does not parse stays an error naming the variable. When the
+// config is invalid and variables were ignored, the error lists them too: a
+// misspelt variable is the likely cause.
 func Load(path string, environ []string, overrides []string) (Config, error) {
 	c := DefaultConfig()
 	set := map[string]bool{}
@@ -34,18 +50,18 @@ func Load(path string, environ []string, overrides []string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
-	envKeys := map[string]string{}
-	for _, k := range Keys() {
-		envKeys[EnvName(k)] = k
-	}
+	var unknown []string
 	for _, kv := range environ {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) {
 			continue
 		}
-		key, known := envKeys[name]
+		key, known := EnvKey(name)
 		if !known {
-			return Config{}, fmt.Errorf("%w: environment variable %s names no config key (see tenure run --help)", ErrInvalidConfig, name)
+			if !strings.HasPrefix(name, TaskEnvPrefix) {
+				unknown = append(unknown, name)
+			}
+			continue
 		}
 		if err := c.Set(key, value); err != nil {
 			return Config{}, fmt.Errorf("%s: %w", name, err)
@@ -62,11 +78,36 @@ func Load(path string, environ []string, overrides []string) (Config, error) {
 		}
 		set[key] = true
 	}
+	slices.Sort(unknown)
+	c.unknownEnv = slices.Compact(unknown)
 	c.derive(set)
 	if err := c.Validate(); err != nil {
+		if len(c.unknownEnv) > 0 {
+			err = fmt.Errorf("%w\n(ignored environment variables that name no config key: %s)", err, strings.Join(c.unknownEnv, ", "))
+		}
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// UnknownEnv returns the TENURE_* environment variables Load ignored
+// because they name no config key, sorted; nil for a Config Load did not
+// build. The TENURE_TASK_* variables of an exec: handler are not among
+// them.
+func (c Config) UnknownEnv() []string { return slices.Clone(c.unknownEnv) }
+
+// EnvKey returns the config key a TENURE_* environment variable sets, and
+// whether it names one: etcd.endpoints for TENURE_ETCD_ENDPOINTS.
+func EnvKey(name string) (key string, ok bool) {
+	if !strings.HasPrefix(name, EnvPrefix) {
+		return "", false
+	}
+	for _, k := range Keys() {
+		if EnvName(k) == name {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // decodeYAML decodes a config file strictly (unknown keys are errors) and

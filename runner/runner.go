@@ -87,7 +87,8 @@ func WithTypes(register func(*entity.Host) error) Option {
 	return func(r *Runner) { r.registerTypes = append(r.registerTypes, register) }
 }
 
-// New validates cfg and returns a runner; Run starts it.
+// New validates cfg and returns a runner; Run starts it. It logs one
+// warning naming the environment variables Load ignored (cfg.UnknownEnv).
 func New(cfg Config, opts ...Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -103,6 +104,9 @@ func New(cfg Config, opts ...Option) (*Runner, error) {
 	// carry it through r.log.
 	r.base = r.log
 	r.log = r.log.With("runner", cfg.RunnerID)
+	if names := cfg.UnknownEnv(); len(names) > 0 {
+		r.log.Warn("ignoring environment variables that name no config key", "vars", strings.Join(names, ","))
+	}
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -207,7 +211,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
-	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "version", Version)
+	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "version", Version, "s3_region", r.obj.Region())
 
 	select {
 	case err := <-runErr:
@@ -361,7 +365,12 @@ func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*
 
 // EtcdTLS builds the TLS config of an etcd connection: nil for plain
 // connections; the system roots for https:// endpoints without a CA file.
+// TLS settings with an http:// endpoint are refused (the etcd client would
+// ignore them), as Config.Validate does.
 func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
+	if err := c.checkSchemes(); err != nil {
+		return nil, err
+	}
 	https := slices.ContainsFunc(c.Endpoints, func(e string) bool { return strings.HasPrefix(e, "https://") })
 	if c.CAFile == "" && c.CertFile == "" && !https {
 		return nil, nil

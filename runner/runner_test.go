@@ -6,8 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +50,9 @@ func (c *testCluster) config(id string) (Config, *testenv.Proxy) {
 	overrides := []string{
 		"cluster=" + c.cluster, "runner_id=" + id, "shards=8", "admin_addr=127.0.0.1:0",
 		"etcd.endpoints=http://" + p.Addr(), "etcd.request_timeout=1s",
-		"s3.endpoint=" + c.s3.Endpoint(), "s3.bucket=" + c.bucket, "s3.path_style=true",
+		// The region is set: the embedded S3 checks it, and an unset one
+		// would follow the machine's AWS environment.
+		"s3.endpoint=" + c.s3.Endpoint(), "s3.region=" + c.s3.Region(), "s3.bucket=" + c.bucket, "s3.path_style=true",
 		"s3.access_key=" + ak, "s3.secret_key=" + sk,
 		"lease.ttl=2s", "detachment.recover_window=500ms", "sharding.rebalance_debounce=50ms",
 		"sharding.rebalance_interval=2s", "sharding.interrupt_timeout=2s", "entity.task_lease=3s",
@@ -239,5 +246,75 @@ func TestStagedRollout(t *testing.T) {
 		if st := x.status(t); st.StartedAt != started[x.r.cfg.RunnerID] || !st.Registered {
 			t.Fatalf("%s restarted or deregistered: %+v", x.r.cfg.RunnerID, st)
 		}
+	}
+}
+
+// TestS3RegionFollowsAWSChain: with s3.region unset the runner's S3
+// requests are signed for the AWS chain's region (here AWS_REGION, over
+// the profile's), and us-east-1 without one; a set s3.region wins.
+func TestS3RegionFollowsAWSChain(t *testing.T) {
+	var mu sync.Mutex
+	var signed []string
+	scope := regexp.MustCompile(`Credential=[^/]+/[0-9]{8}/([^/]+)/s3/aws4_request`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if m := scope.FindStringSubmatch(r.Header.Get("Authorization")); m != nil {
+			signed = append(signed, m[1])
+		}
+	}))
+	defer srv.Close()
+	// Only the AWS environment the test sets up, never the machine's.
+	dir := t.TempDir()
+	awsConfig := filepath.Join(dir, "config")
+	if err := os.WriteFile(awsConfig, []byte("[default]\nregion = ap-south-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONFIG_FILE", awsConfig)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "none"))
+	for _, k := range []string{"AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_REGION", "eu-west-3")
+
+	for _, tc := range []struct {
+		what      string
+		overrides []string
+		want      string
+	}{
+		{"AWS_REGION", nil, "eu-west-3"},
+		{"s3.region", []string{"s3.region=sa-east-1"}, "sa-east-1"},
+	} {
+		cfg, err := Load("", nil, append([]string{"etcd.endpoints=http://127.0.0.1:2379", "s3.bucket=b", "s3.path_style=true",
+			"s3.endpoint=" + srv.URL, "s3.access_key=ak", "s3.secret_key=sk"}, tc.overrides...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		obj, err := OpenObjectStore(ctx, cfg)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		mu.Lock()
+		got := signed
+		signed = nil
+		mu.Unlock()
+		if len(got) == 0 || got[0] != tc.want || obj.Region() != tc.want {
+			t.Errorf("%s: requests signed for %q (store region %q), want %s", tc.what, got, obj.Region(), tc.want)
+		}
+	}
+	if r := DefaultConfig().S3.Region; r != "" {
+		t.Errorf("DefaultConfig's s3.region = %q: an unset region could not follow the AWS chain", r)
+	}
+	t.Setenv("AWS_REGION", "")
+	os.WriteFile(awsConfig, nil, 0o600)
+	cfg, _ := Load("", nil, []string{"etcd.endpoints=http://127.0.0.1:2379", "s3.bucket=b", "s3.endpoint=" + srv.URL})
+	obj, err := NewObjectStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := obj.Region(); r != "us-east-1" {
+		t.Errorf("no region anywhere: region %q, want us-east-1", r)
 	}
 }

@@ -52,18 +52,45 @@ var devConfigPath = filepath.Join(DevDir, "tenure.yaml")
 // LoadConfig loads the config: the file of --config, else
 // ./.tenure-dev/tenure.yaml when it exists, then the TENURE_* variables of
 // the environment, then overrides ("key=value"). With no file at all it
-// fails with ErrNoConfig, unless TENURE_* variables configure the commands
-// on their own (as in a container).
+// fails with ErrNoConfig, unless TENURE_* variables naming config keys
+// configure the commands on their own (as in a container). TENURE_*
+// variables that name no key are ignored with one warning on stderr (see
+// runner.Load).
 func (c *CLI) LoadConfig(overrides []string) (runner.Config, error) {
+	cfg, err := c.loadConfig(overrides)
+	if err == nil {
+		c.warnUnknownEnv(cfg)
+	}
+	return cfg, err
+}
+
+// loadConfig is LoadConfig without the warning, for `tenure run`, whose
+// runner logs it (runner.New).
+func (c *CLI) loadConfig(overrides []string) (runner.Config, error) {
 	path := c.ConfigPath
 	if path == "" {
 		if _, err := os.Stat(devConfigPath); err == nil {
 			path = devConfigPath
-		} else if !slices.ContainsFunc(c.Environ, func(kv string) bool { return strings.HasPrefix(kv, runner.EnvPrefix) }) {
+		} else if !slices.ContainsFunc(c.Environ, configEnv) {
 			return runner.Config{}, ErrNoConfig
 		}
 	}
 	return runner.Load(path, c.Environ, overrides)
+}
+
+// configEnv reports whether kv sets a config key.
+func configEnv(kv string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	_, ok := runner.EnvKey(name)
+	return ok
+}
+
+// warnUnknownEnv prints one line naming the TENURE_* variables the config
+// ignored.
+func (c *CLI) warnUnknownEnv(cfg runner.Config) {
+	if names := cfg.UnknownEnv(); len(names) > 0 {
+		fmt.Fprintf(c.Stderr, "warning: ignoring environment variables that name no config key: %s (tenure run --help lists the keys)\n", strings.Join(names, ", "))
+	}
 }
 
 // Conn is a client's connection to a cluster: its etcd (runners, locks,

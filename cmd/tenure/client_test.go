@@ -24,7 +24,19 @@ import (
 	"github.com/tenurehq/tenure/storage/etcd"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// cliMainEnv set to 1 makes the test binary act as the tenure command
+// (Main on its arguments), so that tests can run the CLI as a process of
+// its own, as an exec: handler does, without building it. (Not a TENURE_*
+// name: runners do not pass those on to handlers.)
+const cliMainEnv = "CLITEST_AS_TENURE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(cliMainEnv) == "1" {
+		cli := &CLI{Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ(), Version: "test"}
+		os.Exit(Main(context.Background(), cli, os.Args[1:]))
+	}
+	testenv.Main(m)
+}
 
 // cmdFunc is the signature every command has.
 type cmdFunc func(context.Context, *CLI, []string) error
@@ -43,7 +55,9 @@ type cliCluster struct {
 const cliShards = 8
 
 // newCLICluster writes the config of a new cluster; initialise writes its
-// meta, as the first runner would.
+// meta, as the first runner would. The config sets s3.region: the
+// embedded S3 checks it, and an unset one would follow the machine's AWS
+// environment.
 func newCLICluster(t *testing.T, initialise bool) *cliCluster {
 	t.Helper()
 	e := testenv.SharedEtcd(t)
@@ -58,6 +72,7 @@ etcd:
   request_timeout: 2s
 s3:
   endpoint: %s
+  region: %s
   bucket: %s
   path_style: true
   access_key: %s
@@ -76,7 +91,7 @@ entity:
 drain_timeout: 10s
 log:
   level: warn
-`, c.name, c.shards, e.Endpoint(), s3.Endpoint(), s3.Bucket(t), ak, sk)
+`, c.name, c.shards, e.Endpoint(), s3.Endpoint(), s3.Region(), s3.Bucket(t), ak, sk)
 	c.cfgPath = filepath.Join(t.TempDir(), "tenure.yaml")
 	if err := os.WriteFile(c.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -105,8 +120,14 @@ func (c *cliCluster) run(fn cmdFunc, args ...string) (stdout, stderr string, err
 
 func runCmd(t *testing.T, cfgPath string, fn cmdFunc, args ...string) (string, string, error) {
 	t.Helper()
+	return runCmdEnv(t, cfgPath, []string{"USER=tester"}, fn, args...)
+}
+
+// runCmdEnv runs a command with environ as its environment.
+func runCmdEnv(t *testing.T, cfgPath string, environ []string, fn cmdFunc, args ...string) (string, string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	cli := &CLI{Stdout: &out, Stderr: &errOut, Environ: []string{"USER=tester"}, ConfigPath: cfgPath, Version: "test"}
+	cli := &CLI{Stdout: &out, Stderr: &errOut, Environ: environ, ConfigPath: cfgPath, Version: "test"}
 	err := fn(testCtx(t, 60*time.Second), cli, args)
 	return out.String(), errOut.String(), err
 }
@@ -131,9 +152,9 @@ type cliRunner struct {
 	done   chan error
 }
 
-// startRunner starts a runner with the built-in handlers and a "fail"
-// type whose command always fails.
-func (c *cliCluster) startRunner(id string) *cliRunner {
+// startRunner starts a runner with the built-in handlers, a "fail" type
+// whose command always fails and the handlers of specs (TYPE=SPEC).
+func (c *cliCluster) startRunner(id string, specs ...string) *cliRunner {
 	t := c.t
 	t.Helper()
 	cfg, err := runner.Load(c.cfgPath, nil, []string{"runner_id=" + id})
@@ -151,7 +172,7 @@ func (c *cliCluster) startRunner(id string) *cliRunner {
 			if err := runner.RegisterBuiltins(h); err != nil {
 				return err
 			}
-			return runner.RegisterHandlers(h, []string{"fail=exec:echo broken >&2; exit 1"})
+			return runner.RegisterHandlers(h, append([]string{"fail=exec:echo broken >&2; exit 1"}, specs...))
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -308,5 +329,92 @@ func TestConnectErrors(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("unreachable etcd took %s to report", d)
+	}
+}
+
+// kubernetesEnv is some of what a Kubernetes Service named "tenure" puts
+// into the environment of every pod of its namespace.
+var kubernetesEnv = []string{"TENURE_SERVICE_HOST=10.0.0.1", "TENURE_SERVICE_PORT=80",
+	"TENURE_PORT=tcp://10.0.0.1:80", "TENURE_PORT_80_TCP=tcp://10.0.0.1:80", "TENURE_PORT_80_TCP_ADDR=10.0.0.1"}
+
+const kubernetesWarning = "warning: ignoring environment variables that name no config key: " +
+	"TENURE_PORT, TENURE_PORT_80_TCP, TENURE_PORT_80_TCP_ADDR, TENURE_SERVICE_HOST, TENURE_SERVICE_PORT"
+
+// TestUnknownEnvIgnored: every command that loads the config ignores the
+// TENURE_* variables that name no key (a Kubernetes Service's, an exec:
+// handler's TENURE_TASK_*) and says so in one line on stderr, naming all
+// but the TENURE_TASK_* ones; a known variable with a bad value is still an
+// error naming it.
+func TestUnknownEnvIgnored(t *testing.T) {
+	c := newCLICluster(t, true)
+	env := append([]string{"USER=tester", "TENURE_TASK_ID=t1", "TENURE_TASK_REF=default/1/t1", "TENURE_TASK_ATTEMPT=1"}, kubernetesEnv...)
+	for _, tc := range []struct {
+		fn      cmdFunc
+		args    []string
+		wantErr string
+	}{
+		{Status, nil, ""},
+		{Task, []string{"submit", "echo"}, ""},
+		{Task, []string{"list"}, ""},
+		{ConfigGet, nil, ""},
+		{Drain, []string{"nobody"}, `runner "nobody" is not live`},
+	} {
+		_, errOut, err := runCmdEnv(t, c.cfgPath, env, tc.fn, tc.args...)
+		if tc.wantErr != "" {
+			assertOneLine(t, fmt.Sprint(tc.args), err, tc.wantErr)
+		} else if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+		}
+		if n := strings.Count(errOut, "ignoring environment variables"); n != 1 || !strings.Contains(errOut, kubernetesWarning+" (") {
+			t.Errorf("%q: stderr has %d warnings, want one naming the Kubernetes variables:\n%s", tc.args, n, errOut)
+		}
+		if strings.Contains(errOut, "TENURE_TASK_") {
+			t.Errorf("%q: stderr names a TENURE_TASK_* variable:\n%s", tc.args, errOut)
+		}
+	}
+
+	// A known variable with a bad value stays an error naming it.
+	_, _, err := runCmdEnv(t, c.cfgPath, append(slices.Clone(env), "TENURE_SHARDS=many"), Status)
+	assertOneLine(t, "bad value", err, "TENURE_SHARDS")
+
+	// Variables that name no key do not make a config on their own.
+	if _, err := os.Stat(devConfigPath); err == nil {
+		t.Skipf("%s exists in the working directory", devConfigPath)
+	}
+	_, _, err = runCmdEnv(t, "", env, Status)
+	if !errors.Is(err, ErrNoConfig) {
+		t.Errorf("only unknown TENURE_* variables: err = %v, want ErrNoConfig", err)
+	}
+}
+
+// TestRunIgnoresUnknownEnv: `tenure run` in a pod of a namespace with a
+// Service named "tenure" starts (its runner logs the warning; see
+// runner.TestLoadIgnoresUnknownEnv) and stops cleanly.
+func TestRunIgnoresUnknownEnv(t *testing.T) {
+	c := newCLICluster(t, true)
+	ctx, cancel := context.WithCancel(testCtx(t, 60*time.Second))
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cli := &CLI{Stdout: &out, Stderr: &errOut, Environ: append([]string{"USER=tester"}, kubernetesEnv...), ConfigPath: c.cfgPath, Version: "test"}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cli, []string{"--runner-id", "k8s-1", "--set", "log.level=error"}) }()
+	waitUntil(t, "the runner registers", 20*time.Second, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+		}
+		rs, _, err := c.etcd.Runners(ctx)
+		return err == nil && slices.ContainsFunc(rs, func(r storage.RunnerInfo) bool { return r.ID == "k8s-1" })
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tenure run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("tenure run did not stop within 30s of its cancellation")
 	}
 }

@@ -31,7 +31,24 @@ second signal exits at once.
 
 Configuration comes from the config file (--config; default
 ./.tenure-dev/tenure.yaml), TENURE_* environment variables and flags, flags
-winning. Any key can be set with --set key=value (see the keys below).
+winning. Any key can be set with --set key=value (see the keys below); its
+variable is the key in upper case with "_" for "." (TENURE_ETCD_ENDPOINTS).
+A TENURE_* variable that names no key (TENURE_PORT, which a Kubernetes
+Service named "tenure" injects) is ignored with one logged warning; the
+TENURE_TASK_* variables an exec: handler gets are ignored silently, so the
+handler can run tenure commands itself (with --config: the runner's own
+TENURE_* configuration is not passed on to it).
+
+etcd TLS: https:// endpoints use TLS, with the system roots unless
+etcd.ca_file is set. TLS settings (etcd.ca_file, cert_file, key_file,
+server_name) with an http:// endpoint are refused: etcd's client would
+speak plain text to it.
+
+S3 region: s3.region when set; else, as the AWS SDK resolves it,
+AWS_REGION, then AWS_DEFAULT_REGION, then the region of the AWS_PROFILE
+profile (else "default") in AWS_CONFIG_FILE (else ~/.aws/config); else
+us-east-1. The runner logs the region it signs for (s3_region) when it
+starts.
 
 Handlers: --handler TYPE=http:URL posts each task as JSON to URL (2xx done,
 4xx permanent failure, 5xx/timeout retry); --handler TYPE=exec:COMMAND runs
@@ -75,7 +92,7 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 		}
 		overrides = append(overrides, "weight="+*weight)
 	}
-	cfg, err := cli.LoadConfig(overrides)
+	cfg, err := cli.loadConfig(overrides)
 	if err != nil {
 		return err
 	}

@@ -28,10 +28,11 @@ commands:
   replay REF    run a failed or cancelled task again
   history REF   show a task's transitions
 
-REF is the ref submit prints, "group/index/id". A bare id works for tasks
-submitted without --entity (their shard follows from the id). Every command
-takes --json to print the task (or list, or history) as JSON.
-`
+REF is the ref submit prints, "group/index/id". Every command takes --json
+to print the task (or list, or history) as JSON; every task in it carries
+its "ref".
+
+` + bareIDHelp
 
 const submitUsage = `usage: tenure task submit TYPE [flags]
 
@@ -43,7 +44,8 @@ reports a handler for TYPE: the task then waits until one does.
 --input takes JSON, or @FILE to read it from a file. --id makes the submit
 idempotent: the same id, type, entity and input give back the existing task.
 --wait waits until the task is completed, failed or cancelled and prints
-it; the exit status is then 1 unless it completed.
+it; the exit status is then 1 unless it completed. --json prints the task
+as JSON, with its "ref".
 `
 
 // Task runs `tenure task <command>`.
@@ -59,15 +61,15 @@ func Task(ctx context.Context, cli *CLI, args []string) error {
 	case "submit":
 		return TaskSubmit(ctx, cli, args[1:])
 	case "get":
-		return taskRef(ctx, cli, "get", args[1:], "shows the task.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
+		return taskRef(ctx, cli, "get", args[1:], "Shows the task.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
 			return c.Get(ctx, ref)
 		})
 	case "cancel":
-		return taskRef(ctx, cli, "cancel", args[1:], "cancels the task: a pending one at once, a running one when its handler\nreturns (its context is cancelled now).", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
+		return taskRef(ctx, cli, "cancel", args[1:], "Cancels the task: a pending one at once, a running one when its handler\nreturns (its context is cancelled now).", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
 			return c.Cancel(ctx, ref)
 		})
 	case "replay":
-		return taskRef(ctx, cli, "replay", args[1:], "runs a failed or cancelled task again: pending, due now, attempts reset.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
+		return taskRef(ctx, cli, "replay", args[1:], "Runs a failed or cancelled task again: pending, due now, attempts reset.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
 			return c.Replay(ctx, ref)
 		})
 	case "history":
@@ -154,7 +156,7 @@ func TaskSubmit(ctx context.Context, cli *CLI, args []string) error {
 		}
 	}
 	if *asJSON {
-		err = writeJSON(cli.Stdout, t)
+		err = writeJSON(cli.Stdout, taskJSON{t})
 	} else {
 		printTask(cli.Stdout, t, false)
 	}
@@ -233,7 +235,7 @@ func typeWarning(ctx context.Context, conn *Conn, adm *admin, typ string) string
 // taskRef runs a command taking one task ref: get, cancel, replay.
 func taskRef(ctx context.Context, cli *CLI, name string, args []string, what string,
 	op func(context.Context, *task.Client, string) (*task.Task, error)) error {
-	fs := newFlags(cli, "task "+name, fmt.Sprintf("usage: tenure task %s REF [--json]\n\nREF (group/index/id, or a bare id for a task without entity) %s\n", name, what))
+	fs := newFlags(cli, "task "+name, fmt.Sprintf("usage: tenure task %s REF [--json]\n\n%s\n\nREF is the task's ref, group/index/id, as task submit and task list print it.\n%s", name, what, bareIDHelp))
 	asJSON := fs.Bool("json", false, "print the task as JSON")
 	arg, err := oneRef(fs, name, args)
 	if err != nil {
@@ -253,7 +255,7 @@ func taskRef(ctx context.Context, cli *CLI, name string, args []string, what str
 		return err
 	}
 	if *asJSON {
-		return writeJSON(cli.Stdout, t)
+		return writeJSON(cli.Stdout, taskJSON{t})
 	}
 	printTask(cli.Stdout, t, name == "get")
 	if name == "cancel" && t.Status == task.Running {
@@ -292,28 +294,8 @@ func connectCLI(ctx context.Context, cli *CLI) (*Conn, error) {
 	return conn, flatten(err)
 }
 
-// resolveRef accepts a ref, or a bare id, which names the task of that id
-// submitted without entity to the default group: its shard follows from
-// the id. (An entity's task's shard follows from its type and entity, which
-// the id does not give.)
-func resolveRef(ctx context.Context, conn *Conn, arg string) (string, error) {
-	if strings.Contains(arg, "/") {
-		_, _, err := task.ParseRef(arg)
-		return arg, err
-	}
-	if err := task.ValidateID(arg); err != nil {
-		return "", fmt.Errorf("%q is neither a task ref (group/index/id) nor a task id: %w", arg, err)
-	}
-	ref := task.Ref(task.ShardOf(conn.Group, conn.Meta.Shards, "", "", arg), arg)
-	if _, err := conn.Tasks.Get(ctx, ref); errors.Is(err, task.ErrNotFound) {
-		return "", fmt.Errorf("task id %s is not in shard %s, where a task without entity would be: give the full ref group/index/id (task submit and task list print it): %w",
-			arg, strings.TrimSuffix(ref, "/"+arg), err)
-	}
-	return ref, nil
-}
-
 func taskHistory(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "task history", "usage: tenure task history REF [--json]\n\nShows the task's transitions, oldest first (the task keeps the newest ones).\n")
+	fs := newFlags(cli, "task history", "usage: tenure task history REF [--json]\n\nShows the task's transitions, oldest first (the task keeps the newest ones).\n\nREF is the task's ref, group/index/id, as task submit and task list print it.\n"+bareIDHelp)
 	asJSON := fs.Bool("json", false, `print {"ref", "history": [...], "history_dropped"} as JSON`)
 	arg, err := oneRef(fs, "history", args)
 	if err != nil {
@@ -397,13 +379,14 @@ func taskList(ctx context.Context, cli *CLI, args []string) error {
 		}
 	}
 	if *asJSON {
-		if tasks == nil {
-			tasks = []*task.Task{}
+		out := make([]taskJSON, len(tasks))
+		for i, t := range tasks {
+			out[i] = taskJSON{t}
 		}
 		return writeJSON(cli.Stdout, struct {
-			Tasks []*task.Task `json:"tasks"`
-			Next  string       `json:"next"`
-		}{tasks, next})
+			Tasks []taskJSON `json:"tasks"`
+			Next  string     `json:"next"`
+		}{out, next})
 	}
 	if len(tasks) == 0 {
 		fmt.Fprintln(cli.Stdout, "no tasks")
@@ -420,6 +403,28 @@ func taskList(ctx context.Context, cli *CLI, args []string) error {
 		fmt.Fprintf(cli.Stdout, "more: tenure task list --after %s\n", next)
 	}
 	return nil
+}
+
+// taskJSON is a task as the CLI prints it in JSON: the stored task's
+// fields with its "ref" (group/index/id) first, the handle every command
+// takes.
+type taskJSON struct{ t *task.Task }
+
+// MarshalJSON encodes the task with "ref" in front.
+func (j taskJSON) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(j.t)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := json.Marshal(j.t.Ref())
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(`{"ref":`), ref...)
+	if rest := b[1:]; len(rest) > 1 { // b is an object: "{" fields "}"
+		out = append(out, ',')
+	}
+	return append(out, b[1:]...), nil
 }
 
 // printTask prints a task for people: the essentials, and with more the

@@ -6,13 +6,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 func decodeTask(t *testing.T, out string) *task.Task {
@@ -67,8 +74,8 @@ func TestTaskCommandsIdleCluster(t *testing.T) {
 		t.Errorf("task get by id: %s, want %s", got.Ref(), ref)
 	}
 
-	// An entity's task is found by ref only (its id chosen to hash to
-	// another shard than its entity).
+	// A delayed entity's task (its id chosen to hash to another shard than
+	// its entity: TestTaskBareID looks it up by id).
 	eid := "etask-0"
 	for i := 1; task.ShardOf("default", cliShards, "", "", eid) == task.ShardOf("default", cliShards, "sleep", "acct 7", ""); i++ {
 		eid = fmt.Sprintf("etask-%d", i)
@@ -76,11 +83,6 @@ func TestTaskCommandsIdleCluster(t *testing.T) {
 	etk := decodeTask(t, c.mustRun(Task, "submit", "sleep", "--id", eid, "--entity", "acct 7", "--delay", "1h", "--input", `{"ms":1}`, "--json"))
 	if etk.Entity != "acct 7" || !etk.AvailableAt.After(etk.CreatedAt.Add(59*time.Minute)) {
 		t.Errorf("delayed entity task: %+v", etk)
-	}
-	_, _, err = c.run(Task, "get", etk.ID)
-	assertOneLine(t, "entity task by bare id", err, "give the full ref")
-	if !errors.Is(err, task.ErrNotFound) {
-		t.Errorf("entity task by bare id: err = %v, want task.ErrNotFound", err)
 	}
 	if out := c.mustRun(Task, "get", etk.Ref()); !strings.Contains(out, "due") || !strings.Contains(out, `"acct 7"`) {
 		t.Errorf("delayed task: get shows no due time or entity:\n%s", out)
@@ -229,5 +231,207 @@ func TestBadInput(t *testing.T) {
 		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%q: err = %v, stderr %q; want flag.ErrHelp and the usage", tc.args, err, errOut)
 		}
+	}
+}
+
+// TestExecHandlerRunsTenure: an exec: handler's command runs `tenure task
+// submit` (this test binary acting as tenure) with the TENURE_TASK_*
+// variables its runner gives it, and the task it submits is there.
+func TestExecHandlerRunsTenure(t *testing.T) {
+	c := newCLICluster(t, true)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startRunner("r1", fmt.Sprintf(`spawn=exec:%s=1 '%s' --config '%s' task submit echo --id "child-of-$TENURE_TASK_ID" --input "{\"parent\":\"$TENURE_TASK_REF\"}" --json`,
+		cliMainEnv, self, c.cfgPath))
+	out, errOut, err := c.run(Task, "submit", "spawn", "--wait", "--json")
+	if err != nil {
+		t.Fatalf("the spawn task: %v\n%s\n%s", err, out, errOut)
+	}
+	parent := decodeTask(t, out)
+	if ref := refOf(t, out); ref != parent.Ref() {
+		t.Errorf("submit --wait --json: ref %q, want %s", ref, parent.Ref())
+	}
+	var child task.Task
+	if err := json.Unmarshal(parent.Result, &child); err != nil {
+		t.Fatalf("the handler printed no task: %v\n%s", err, parent.Result)
+	}
+	if child.ID != "child-of-"+parent.ID {
+		t.Errorf("child id %q, want child-of-%s", child.ID, parent.ID)
+	}
+	if ref := refOf(t, string(parent.Result)); ref != child.Ref() {
+		t.Errorf("the handler's submit --json: ref %q, want %s", ref, child.Ref())
+	}
+	got := decodeTask(t, c.mustRun(Task, "get", child.Ref(), "--json"))
+	if want := `{"parent":"` + parent.Ref() + `"}`; got.Type != "echo" || string(got.Input) != want {
+		t.Errorf("child task %s: type %s, input %s; want echo, %s", got.Ref(), got.Type, got.Input, want)
+	}
+}
+
+// refOf returns the "ref" field of the JSON object out.
+func refOf(t *testing.T, out string) string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not a JSON object: %v\n%s", err, out)
+	}
+	var ref string
+	json.Unmarshal(m["ref"], &ref)
+	return ref
+}
+
+// TestTaskJSONCarriesRef: every task the task commands print as JSON has
+// its "ref" (submit --wait: TestExecHandlerRunsTenure).
+func TestTaskJSONCarriesRef(t *testing.T) {
+	c := newCLICluster(t, true)
+	out := c.mustRun(Task, "submit", "echo", "--json")
+	ref := decodeTask(t, out).Ref()
+	if got := refOf(t, out); got != ref {
+		t.Errorf("submit --json: ref %q, want %s", got, ref)
+	}
+	for _, args := range [][]string{{"get", ref}, {"cancel", ref}, {"replay", ref}, {"get", strings.Split(ref, "/")[2]}} {
+		if got := refOf(t, c.mustRun(Task, append(args, "--json")...)); got != ref {
+			t.Errorf("%q --json: ref %q, want %s", args, got, ref)
+		}
+	}
+	eref := decodeTask(t, c.mustRun(Task, "submit", "sleep", "--entity", "e1", "--delay", "1h", "--json")).Ref()
+	var listed struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(c.mustRun(Task, "list", "--json")), &listed); err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, raw := range listed.Tasks {
+		refs = append(refs, refOf(t, string(raw)))
+	}
+	want := []string{ref, eref}
+	slices.Sort(refs)
+	slices.Sort(want)
+	if !slices.Equal(refs, want) {
+		t.Errorf("list --json: refs %q, want %q", refs, want)
+	}
+}
+
+// s3Counter is a reverse proxy in front of the shared S3 that counts the
+// requests by method: what a command costs, seen from outside.
+type s3Counter struct {
+	URL string
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func newS3Counter(t *testing.T) *s3Counter {
+	target, err := url.Parse(testenv.SharedS3(t).Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &s3Counter{n: map[string]int{}}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		c.n[r.Method]++
+		c.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c.URL = srv.URL
+	return c
+}
+
+// take returns the counts so far and resets them.
+func (c *s3Counter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// TestTaskBareID: a bare id finds an entity's task, whose shard does not
+// follow from its id, at the cost --help states (at most one HEAD per
+// other shard, counted on the wire); an id of several tasks is refused,
+// naming them, and a missing one is ErrNotFound.
+func TestTaskBareID(t *testing.T) {
+	c := newCLICluster(t, true)
+	s3 := newS3Counter(t)
+	env := []string{"USER=tester", "TENURE_S3_ENDPOINT=" + s3.URL}
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		out, _, err := runCmdEnv(t, c.cfgPath, env, Task, args...)
+		return out, err
+	}
+	idShard := func(id string) int { return task.ShardOf("default", cliShards, "", "", id).Index }
+	entityShard := func(entity string) int { return task.ShardOf("default", cliShards, "sleep", entity, "").Index }
+
+	// An entity task whose shard is not its id's.
+	id := "etask-0"
+	for i := 1; idShard(id) == entityShard("acct 7"); i++ {
+		id = fmt.Sprintf("etask-%d", i)
+	}
+	c.mustRun(Task, "submit", "sleep", "--id", id, "--entity", "acct 7", "--delay", "1h")
+	s3.take()
+	out, err := run("get", id, "--json")
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	if got, want := decodeTask(t, out).Ref(), fmt.Sprintf("default/%d/%s", entityShard("acct 7"), id); got != want {
+		t.Errorf("get %s: %s, want %s", id, got, want)
+	}
+	if n := s3.take(); n["HEAD"] < 1 || n["HEAD"] > cliShards-1 || n["GET"] > 2 || len(n) > 2 {
+		t.Errorf("get of an entity task by bare id made %v requests; want at most %d HEAD and 2 GET", n, cliShards-1)
+	}
+	out, err = run("cancel", id, "--json")
+	if err != nil || decodeTask(t, out).Status != task.Cancelled {
+		t.Errorf("cancel %s: %v\n%s", id, err, out)
+	}
+
+	// A task without entity costs no HEAD.
+	plain := decodeTask(t, c.mustRun(Task, "submit", "echo", "--json"))
+	s3.take()
+	if out, err := run("get", plain.ID, "--json"); err != nil || decodeTask(t, out).Ref() != plain.Ref() {
+		t.Errorf("get %s: %v", plain.ID, err)
+	}
+	if n := s3.take(); n["HEAD"] != 0 {
+		t.Errorf("get of a task without entity by bare id made %v requests, want no HEAD", n)
+	}
+
+	// One id, two entities' tasks on two shards (neither the id's): refused.
+	dup, a, b := "dup", "", ""
+	for i := 0; a == "" || b == ""; i++ {
+		e := fmt.Sprintf("acct %d", i)
+		switch s := entityShard(e); {
+		case s == idShard(dup):
+		case a == "":
+			a = e
+		case s != entityShard(a):
+			b = e
+		}
+	}
+	refA := decodeTask(t, c.mustRun(Task, "submit", "sleep", "--id", dup, "--entity", a, "--delay", "1h", "--json")).Ref()
+	refB := decodeTask(t, c.mustRun(Task, "submit", "sleep", "--id", dup, "--entity", b, "--delay", "1h", "--json")).Ref()
+	for _, cmd := range []string{"get", "cancel"} {
+		_, err := run(cmd, dup)
+		assertOneLine(t, cmd+" of an ambiguous id", err, "task id dup names 2 tasks")
+		if !errors.Is(err, errAmbiguousID) || !strings.Contains(err.Error(), refA) || !strings.Contains(err.Error(), refB) {
+			t.Errorf("%s %s: err = %v, want errAmbiguousID naming %s and %s", cmd, dup, err, refA, refB)
+		}
+	}
+	for _, ref := range []string{refA, refB} {
+		if tk := decodeTask(t, c.mustRun(Task, "get", ref, "--json")); tk.Status != task.Pending {
+			t.Errorf("%s after a refused cancel: %s", ref, tk.Status)
+		}
+	}
+
+	// A missing id.
+	s3.take()
+	_, err = run("get", "nope")
+	assertOneLine(t, "missing id", err, "task id nope is in no shard of group(s) default (8 shards each)")
+	if !errors.Is(err, task.ErrNotFound) {
+		t.Errorf("missing id: err = %v, want task.ErrNotFound", err)
+	}
+	if n := s3.take(); n["HEAD"] != cliShards-1 || n["GET"] != 1 {
+		t.Errorf("a missing id made %v requests, want 1 GET and %d HEAD", n, cliShards-1)
 	}
 }

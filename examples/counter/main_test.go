@@ -36,7 +36,7 @@ func testConfig(t *testing.T, runnerID string, overrides ...string) runner.Confi
 	cfg, err := runner.Load("", nil, append([]string{
 		"cluster=" + testenv.Name(t, 40), "runner_id=" + runnerID, "shards=8", "admin_addr=127.0.0.1:0",
 		"etcd.endpoints=" + srv.Endpoint(),
-		"s3.endpoint=" + s3.Endpoint(), "s3.bucket=" + s3.Bucket(t), "s3.path_style=true",
+		"s3.endpoint=" + s3.Endpoint(), "s3.region=" + s3.Region(), "s3.bucket=" + s3.Bucket(t), "s3.path_style=true",
 		"s3.access_key=" + ak, "s3.secret_key=" + sk,
 		"drain_timeout=10s", "log.level=warn",
 	}, overrides...))

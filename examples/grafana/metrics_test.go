@@ -116,7 +116,7 @@ func runnerMetrics(t *testing.T) map[string]bool {
 	cfg, err := runner.Load("", nil, []string{
 		"cluster=" + testenv.Name(t, 40), "runner_id=metrics", "shards=2", "admin_addr=",
 		"etcd.endpoints=" + srv.Endpoint(),
-		"s3.endpoint=" + s3.Endpoint(), "s3.bucket=" + s3.Bucket(t), "s3.path_style=true",
+		"s3.endpoint=" + s3.Endpoint(), "s3.region=" + s3.Region(), "s3.bucket=" + s3.Bucket(t), "s3.path_style=true",
 		"s3.access_key=" + ak, "s3.secret_key=" + sk, "log.level=error", "drain_timeout=5s",
 	})
 	if err != nil {

@@ -24,6 +24,10 @@ const (
 	MaxAttemptsLimit = 10
 )
 
+// DefaultRegion is the region of a client whose ClientConfig.Region is
+// empty and whose AWS environment names none.
+const DefaultRegion = "us-east-1"
+
 // ClientConfig describes how to reach an S3 endpoint. Build a client from it
 // with NewClient.
 type ClientConfig struct {
@@ -31,8 +35,12 @@ type ClientConfig struct {
 	// "http://127.0.0.1:7070" or "https://s3.eu-west-1.amazonaws.com". Empty
 	// means AWS's own endpoint for Region.
 	Endpoint string
-	// Region is the region requests are signed for. Required; S3-compatible
-	// servers usually accept "us-east-1".
+	// Region is the region requests are signed for. Empty follows the AWS
+	// SDK's default chain, as config.LoadDefaultConfig resolves it: the
+	// AWS_REGION variable, then AWS_DEFAULT_REGION, then the region of the
+	// shared config profile (AWS_PROFILE, else "default", in
+	// AWS_CONFIG_FILE, else ~/.aws/config); with none of those,
+	// DefaultRegion. (S3-compatible servers usually accept "us-east-1".)
 	Region string
 	// UsePathStyle addresses buckets as <endpoint>/<bucket> instead of
 	// <bucket>.<endpoint>; most S3-compatible servers need it.
@@ -55,10 +63,9 @@ type ClientConfig struct {
 }
 
 // DefaultClientConfig returns the retry defaults; the caller fills in the
-// endpoint, region and credentials.
+// endpoint, region (or leaves it to the AWS chain) and credentials.
 func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
-		Region:      "us-east-1",
 		MaxAttempts: 3,
 		MaxBackoff:  time.Second,
 	}
@@ -92,10 +99,7 @@ func (c ClientConfig) Validate() error {
 			return &ConfigError{"Endpoint", fmt.Sprintf("%q must not have a query or fragment", c.Endpoint)}
 		}
 	}
-	if c.Region == "" {
-		return &ConfigError{"Region", "required (S3-compatible servers usually accept \"us-east-1\")"}
-	}
-	if strings.ContainsAny(c.Region, " \t\r\n/") {
+	if !validRegion(c.Region) {
 		return &ConfigError{"Region", fmt.Sprintf("%q is not a region name", c.Region)}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
@@ -116,11 +120,14 @@ func (c ClientConfig) Validate() error {
 	return nil
 }
 
-// NewClient validates c and builds an SDK client from it: checksums only
-// where S3 requires them (S3-compatible servers reject or mishandle the
-// newer default trailers) and a standard retryer bounded by MaxAttempts and
+func validRegion(r string) bool { return !strings.ContainsAny(r, " \t\r\n/") }
+
+// NewClient validates c and builds an SDK client from it: the region of c
+// or of the AWS chain (see ClientConfig.Region), checksums only where S3
+// requires them (S3-compatible servers reject or mishandle the newer
+// default trailers) and a standard retryer bounded by MaxAttempts and
 // MaxBackoff with no client-side retry quota. ctx bounds loading the shared
-// AWS configuration.
+// AWS configuration. The client's Options().Region is the region used.
 func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -132,8 +139,12 @@ func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = def.MaxBackoff
 	}
+	region := config.WithDefaultRegion(DefaultRegion)
+	if c.Region != "" {
+		region = config.WithRegion(c.Region)
+	}
 	load := []func(*config.LoadOptions) error{
-		config.WithRegion(c.Region),
+		region,
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 		config.WithRetryer(func() aws.Retryer {
@@ -151,6 +162,9 @@ func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, load...)
 	if err != nil {
 		return nil, fmt.Errorf("s3: load AWS configuration: %w", err)
+	}
+	if !validRegion(cfg.Region) {
+		return nil, &ConfigError{"Region", fmt.Sprintf("%q, from the AWS environment (AWS_REGION, AWS_DEFAULT_REGION or the profile), is not a region name", cfg.Region)}
 	}
 	return awss3.NewFromConfig(cfg, func(o *awss3.Options) {
 		o.UsePathStyle = c.UsePathStyle

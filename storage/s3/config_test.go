@@ -5,10 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -42,7 +48,6 @@ func TestClientConfigValidate(t *testing.T) {
 		{"endpoint without host", func(c *ClientConfig) { c.Endpoint = "http://" }, "Endpoint"},
 		{"endpoint with query", func(c *ClientConfig) { c.Endpoint = "http://h/?x=1" }, "Endpoint"},
 		{"endpoint unparsable", func(c *ClientConfig) { c.Endpoint = "http://[::1" }, "Endpoint"},
-		{"no region", func(c *ClientConfig) { c.Region = "" }, "Region"},
 		{"bad region", func(c *ClientConfig) { c.Region = "us east" }, "Region"},
 		{"secret without key", func(c *ClientConfig) { c.SecretKey = "s" }, "AccessKey"},
 		{"key without secret", func(c *ClientConfig) { c.AccessKey = "a" }, "SecretKey"},
@@ -177,4 +182,102 @@ func TestClassify(t *testing.T) {
 			}
 		}
 	}
+}
+
+// isolateAWS points the AWS SDK at empty shared config and credentials
+// files and clears the variables that name a region or profile, so that a
+// test sees only the AWS environment it sets up (never the machine's
+// ~/.aws). It returns the config file, for the test to fill.
+func isolateAWS(t *testing.T) (configFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	configFile = filepath.Join(dir, "config")
+	creds := filepath.Join(dir, "credentials")
+	for _, f := range []string{configFile, creds} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("AWS_CONFIG_FILE", configFile)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", creds)
+	for _, k := range []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"} {
+		t.Setenv(k, "") // the SDK treats empty as unset
+	}
+	return configFile
+}
+
+var credentialScope = regexp.MustCompile(`Credential=[^/]+/[0-9]{8}/([^/]+)/s3/aws4_request`)
+
+// signingServer is an S3 endpoint that answers 200 to everything and
+// records the region of each request's signature.
+func signingServer(t *testing.T) (url string, regions func() []string) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := credentialScope.FindStringSubmatch(r.Header.Get("Authorization"))
+		mu.Lock()
+		if m == nil {
+			seen = append(seen, "unsigned: "+r.Header.Get("Authorization"))
+		} else {
+			seen = append(seen, m[1])
+		}
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := seen
+		seen = nil
+		return out
+	}
+}
+
+// TestRegionChain: an empty Region follows the AWS chain (AWS_REGION,
+// AWS_DEFAULT_REGION, the shared config profile) before DefaultRegion, as
+// the requests' signatures show.
+func TestRegionChain(t *testing.T) {
+	url, signed := signingServer(t)
+	configFile := isolateAWS(t)
+	if err := os.WriteFile(configFile, []byte("[default]\nregion = ap-south-1\n\n[profile prod]\nregion = eu-north-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, region, want string) {
+		t.Helper()
+		c := DefaultClientConfig()
+		c.Endpoint, c.Region, c.UsePathStyle, c.AccessKey, c.SecretKey = url, region, true, "ak", "sk"
+		cli, err := NewClient(context.Background(), c)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		s, err := New(cli, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Region(); got != want {
+			t.Errorf("%s: store region %q, want %q", what, got, want)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := cli.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: aws.String("b")}); err != nil {
+			t.Fatalf("%s: HeadBucket: %v", what, err)
+		}
+		if got := signed(); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: requests signed for %q, want [%s]", what, got, want)
+		}
+	}
+	check("the default profile's region", "", "ap-south-1")
+	t.Setenv("AWS_PROFILE", "prod")
+	check("AWS_PROFILE's region", "", "eu-north-1")
+	t.Setenv("AWS_DEFAULT_REGION", "ca-central-1")
+	check("AWS_DEFAULT_REGION over the profile", "", "ca-central-1")
+	t.Setenv("AWS_REGION", "eu-west-3")
+	check("AWS_REGION over AWS_DEFAULT_REGION", "", "eu-west-3")
+	check("Region over the environment", "sa-east-1", "sa-east-1")
+
+	isolateAWS(t)
+	check("nothing in the environment", "", "us-east-1")
+	t.Setenv("AWS_REGION", "us east")
+	_, err := NewClient(context.Background(), ClientConfig{AccessKey: "ak", SecretKey: "sk"})
+	checkConfigError(t, "a bad AWS_REGION", err, "Region")
 }

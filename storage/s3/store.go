@@ -76,6 +76,10 @@ func endpointOf(o awss3.Options, bucket string) string {
 // Bucket returns the bucket name.
 func (s *Store) Bucket() string { return s.bucket }
 
+// Region returns the region the store's requests are signed for: the
+// client's, which NewClient resolves (see ClientConfig.Region).
+func (s *Store) Region() string { return s.client.Options().Region }
+
 // Prefix returns the key prefix inside the bucket.
 func (s *Store) Prefix() string { return s.opts.prefix }
 
