@@ -123,6 +123,17 @@
 // shard or a detachment cancels them, and a detached runner, which owns
 // nothing, sweeps nothing.
 //
+// No S3 lifecycle rule is offered in its place. A prefix-and-age rule on
+// tasks/ counts age from an object's last write, so it would delete
+// pending tasks scheduled further ahead than its age, and tasks waiting for
+// a runner that handles their type. A rule filtered on a tag written with
+// the finishing PUT (no extra request) would need tags on the port and pay
+// tag storage, and expiration is not conditional on the version the rule
+// evaluated: a failed task replayed as it expires could lose its replay.
+// Only completed tasks, never rewritten, could safely expire that way, and
+// VersityGW, the embedded server, implements no lifecycle rules to test
+// such a rule against.
+//
 // # Failure
 //
 // A handler error fails the attempt; Permanent marks it final, otherwise the
