@@ -22,8 +22,16 @@ import (
 type taskOps struct {
 	storage.ObjectStore
 	lists, deletes atomic.Int64
+	gets, writes   atomic.Int64 // reads and conditional writes of task objects
 	onList         func(ctx context.Context) error
 	onGet          func(ctx context.Context, key string)
+}
+
+func (o *taskOps) Replace(ctx context.Context, key string, body []byte, ifMatch string) (string, error) {
+	if strings.HasPrefix(key, task.TasksPrefix) {
+		o.writes.Add(1)
+	}
+	return o.ObjectStore.Replace(ctx, key, body, ifMatch)
 }
 
 func (o *taskOps) List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListPage, error) {
@@ -40,8 +48,11 @@ func (o *taskOps) List(ctx context.Context, prefix string, opts storage.ListOpti
 
 func (o *taskOps) Get(ctx context.Context, key string) (storage.Object, error) {
 	obj, err := o.ObjectStore.Get(ctx, key)
-	if o.onGet != nil && strings.HasPrefix(key, task.TasksPrefix) {
-		o.onGet(ctx, key)
+	if strings.HasPrefix(key, task.TasksPrefix) {
+		o.gets.Add(1)
+		if o.onGet != nil {
+			o.onGet(ctx, key)
+		}
 	}
 	return obj, err
 }
@@ -229,4 +240,49 @@ func TestSweepEndsWithAttachment(t *testing.T) {
 		t.Fatal("the sweep's request ended though the runner did not detach")
 	}
 	n.kill()
+}
+
+// TestSweepRequestCost measures, on the runner's requests to the real
+// server, what the sweep costs: for 20 completed and 5 failed tasks older
+// than the retention, one GET and one DELETE each, one PUT (the mark) per
+// failed one, and one LIST per pass; once they are gone, a pass over the
+// idle shard costs one LIST and nothing else.
+func TestSweepRequestCost(t *testing.T) {
+	e := newEnv(t, 1)
+	e.skew = &atomic.Int64{}
+	e.ecfg.ReconcileInterval = time.Second
+	e.ecfg.TaskSweepInterval = time.Second
+	first := e.start("first", e.standard)
+	e.waitOwned(10 * time.Second)
+	var old []*task.Task
+	for i := 0; i < 25; i++ {
+		req := task.SubmitRequest{Type: "job"}
+		if i%5 == 0 {
+			req.Input = input(sleepInput{Perm: true})
+		}
+		old = append(old, e.submit(req))
+	}
+	for _, tk := range old {
+		e.final(tk.Ref(), 20*time.Second)
+	}
+	first.stop()
+	e.skew.Store(int64(8 * 24 * time.Hour))
+	ops := &taskOps{}
+	e.watch(ops)
+	second := e.start("second", e.standard)
+
+	testenv.WaitFor(t, "the old tasks to be gone from S3", 20*time.Second, func() bool { return len(e.taskKeys()) == 0 })
+	testenv.WaitFor(t, "two more sweep passes over the idle shard", 20*time.Second, func() bool {
+		return counterValue(t, second, "tenure_tasks_sweeps_total") >= 3
+	})
+	sweeps := counterValue(t, second, "tenure_tasks_sweeps_total")
+	lists, gets, writes, deletes := ops.lists.Load(), ops.gets.Load(), ops.writes.Load(), ops.deletes.Load()
+	t.Logf("%v passes: %d LISTs, %d GETs, %d PUTs, %d DELETEs of task objects", sweeps, lists, gets, writes, deletes)
+	if gets != 25 || deletes != 25 || writes != 5 {
+		t.Errorf("for 25 tasks (5 failed): %d GETs, %d DELETEs, %d PUTs; want 25, 25, 5", gets, deletes, writes)
+	}
+	// A pass under way may have listed already.
+	if float64(lists) < sweeps || float64(lists) > sweeps+1 {
+		t.Errorf("%d LISTs of task objects in %v passes, want one per pass", lists, sweeps)
+	}
 }

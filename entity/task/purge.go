@@ -206,6 +206,9 @@ func (m *PurgeMemo) remember(key, etag string, active bool) {
 //     v1.8.0 lacks (see storage.ObjectStore.DeleteIfMatch), and with which
 //     a delete could remove a replay published between its check and its
 //     unlink. Tasks are thus deleted only in a version nobody may change.
+//     (A task left marked by a call interrupted between its two requests
+//     was last written by the mark: a later call deletes it once the mark
+//     is older than its cutoff.)
 //
 // Cost: one LIST per 1000 keys listed; one GET per task read; one DELETE
 // per completed task deleted; one PUT and one DELETE per failed or
