@@ -53,6 +53,32 @@ type Config struct {
 	// OrphanPointerAge old (or run, if its object and wake-up still come).
 	// Default 10s.
 	OrphanWait time.Duration
+	// TaskRetention is how long a finished task (completed, failed or
+	// cancelled) is kept, counted in S3 time from its last write, before
+	// its shard's owner deletes it; 0 keeps finished tasks forever. Pending
+	// and running tasks are never deleted. Default 168h (7 days).
+	//
+	// Cost, per owned shard and sweep pass: one LIST per 1000 task objects
+	// listed. UUIDv7 ids sort by creation, so the listing skips the tasks
+	// created after the cutoff: an idle shard costs one LIST per pass (two
+	// when it holds over 1000 tasks), plus one per 1000 tasks it cannot
+	// skip (unfinished tasks created before the cutoff, and tasks with
+	// caller-given ids, which sort anywhere). Per finished task, once: one
+	// GET and one DELETE when it completed; one GET, one PUT (the
+	// compare-and-swap that takes it out of a replay's reach) and one
+	// DELETE when it failed or was cancelled. An unfinished task last
+	// written more than the retention ago costs one GET per ownership of
+	// its shard. See the package doc and task.Store.Purge.
+	TaskRetention time.Duration
+	// TaskSweepInterval is how often each owned shard is swept for finished
+	// tasks older than TaskRetention (±10%); the first pass comes at a
+	// random point of the second ReconcileInterval (or TaskSweepInterval,
+	// if shorter) after the shard is acquired, and a pass cut short by its
+	// bounds (1000 objects read, 10000 keys listed) is followed by the next
+	// one a second later. 0 derives it: TaskRetention/24, at least 1s and
+	// at most 1h, so that a finished task outlives the retention by at most
+	// a twenty-fourth of it (an hour at the default). Default 0.
+	TaskSweepInterval time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -68,7 +94,23 @@ func DefaultConfig() Config {
 		HookTimeout:            10 * time.Second,
 		OrphanPointerAge:       5 * time.Minute,
 		OrphanWait:             10 * time.Second,
+		TaskRetention:          7 * 24 * time.Hour,
 	}
+}
+
+// Bounds of the derived TaskSweepInterval.
+const (
+	minSweepInterval = time.Second
+	maxSweepInterval = time.Hour
+)
+
+// sweepInterval is TaskSweepInterval, or the one derived from
+// TaskRetention.
+func (c Config) sweepInterval() time.Duration {
+	if c.TaskSweepInterval > 0 {
+		return c.TaskSweepInterval
+	}
+	return min(max(c.TaskRetention/24, minSweepInterval), maxSweepInterval)
 }
 
 // Validate checks every bound, naming the field.
@@ -106,6 +148,12 @@ func (c Config) Validate() error {
 	}
 	if c.InterruptTimeout <= 0 {
 		bad("InterruptTimeout", c.InterruptTimeout, "must be > 0")
+	}
+	if c.TaskRetention != 0 && c.TaskRetention < time.Second {
+		bad("TaskRetention", c.TaskRetention, "must be 0 (keep finished tasks) or ≥ 1s")
+	}
+	if c.TaskSweepInterval != 0 && c.TaskSweepInterval < minSweepInterval {
+		bad("TaskSweepInterval", c.TaskSweepInterval, "must be 0 (derived from TaskRetention) or ≥ 1s")
 	}
 	return errors.Join(errs...)
 }

@@ -75,6 +75,65 @@
 // are queued in submission order. The cost is one small etcd write per
 // submission.
 //
+// # Retention
+//
+// Finished tasks do not pile up: while it owns a shard (attached, holding
+// its lock), a runner deletes the shard's completed, failed and cancelled
+// tasks that finished more than Config.TaskRetention ago (default 7 days;
+// 0 keeps them forever), by the rule task.Store.Purge shares with `tenure
+// task purge`. Pending and running tasks are never deleted, a task that
+// might be younger than the retention is kept (the cutoff is the earliest
+// the S3 clock may read, minus the retention, compared with the S3
+// server's own LastModified and with the task's updated_at), and a replay
+// racing the deletion is never undone. Tasks an executor failed as corrupt
+// (their raw bytes kept) are failed tasks and follow the retention:
+// inspect them within it, or set it to 0. An object that does not decode
+// and was never failed by an executor is kept.
+//
+// The sweep runs beside the shard's loop, in bounded passes (at most 1000
+// objects read and 10000 keys listed, resumed a second later while a
+// backlog lasts) at most four shards of a runner at a time, every
+// Config.TaskSweepInterval (default TaskRetention/24 within [1s, 1h], ±10%);
+// a new owner's first pass comes at a random point of its second reconcile
+// interval. Each pass is counted in tenure_tasks_sweeps_total, its
+// deletions in tenure_tasks_purged_total{status}, and a pass that deleted
+// something logs one line. Its cost:
+//
+//   - per idle shard: one LIST per sweep interval (two when the shard holds
+//     over 1000 tasks): task ids are UUIDv7s, which sort by creation time,
+//     so the listing stops at the first task created after the cutoff and
+//     goes on only past those created up to now. What it cannot skip so is
+//     listed every pass, one LIST per 1000: tasks with caller-given ids,
+//     which sort anywhere, and unfinished tasks created before the cutoff.
+//   - per finished task, once, when it is deleted: one GET and one DELETE
+//     if it completed; one GET, one PUT and one DELETE if it failed or was
+//     cancelled (the PUT marks it Purging by compare-and-swap, so that a
+//     replay is never undone; see task.Store.Purge); plus its share of a
+//     LIST (1/1000). Tasks written too recently are skipped on their
+//     listed LastModified, without a GET. The happy path of a task (at most
+//     4 PUT-class requests, 1 GET, 1 DELETE, no LIST) is unchanged: the
+//     sweep adds its deletion afterwards.
+//   - per unfinished task last written more than the retention ago (one
+//     scheduled further ahead, or left pending for a type no runner
+//     handles): one GET per ownership of its shard, remembered by ETag
+//     (up to 10000 per shard) so later passes skip it.
+//
+// Deleting is safe whoever does it; owning the shard only makes one runner
+// do it. The sweep's requests run under the ownership context: a lost
+// shard or a detachment cancels them, and a detached runner, which owns
+// nothing, sweeps nothing.
+//
+// No S3 lifecycle rule is offered in its place. A prefix-and-age rule on
+// tasks/ counts age from an object's last write, so it would delete
+// pending tasks scheduled further ahead than its age, and tasks waiting for
+// a runner that handles their type. A rule filtered on a tag written with
+// the finishing PUT (no extra request) would need tags on the port and pay
+// tag storage, and expiration is not conditional on the version the rule
+// evaluated: a failed task replayed as it expires could lose its replay.
+// Only completed tasks, never rewritten, could safely expire that way, and
+// VersityGW, the embedded server, implements no lifecycle rules to test
+// such a rule against.
+//
 // # Failure
 //
 // A handler error fails the attempt; Permanent marks it final, otherwise the

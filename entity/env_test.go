@@ -45,6 +45,11 @@ type env struct {
 	// wrap, if set, decorates each runner's object store (fault injection
 	// over the real S3 server).
 	wrap func(runner string, s storage.ObjectStore) storage.ObjectStore
+	// skew, if set before runners start, moves the S3 clock of every task
+	// store made afterwards (the submitters' e.tasks excepted) ahead by the
+	// duration it holds, read on every call: tests age tasks without
+	// waiting.
+	skew *atomic.Int64
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -129,7 +134,16 @@ func (e *env) runnerTaskStore(runner string) *task.Store {
 	if runner != "" && e.wrap != nil {
 		obj = e.wrap(runner, obj)
 	}
-	return task.NewStore(obj, task.WithLogger(e.logs.logger("tasks")))
+	opts := []task.Option{task.WithLogger(e.logs.logger("tasks"))}
+	if skew := e.skew; skew != nil {
+		base := obj.ServerTime
+		opts = append(opts, task.WithClock(func(ctx context.Context) (storage.ServerTime, error) {
+			st, err := base(ctx)
+			st.Now = st.Now.Add(time.Duration(skew.Load()))
+			return st, err
+		}))
+	}
+	return task.NewStore(obj, opts...)
 }
 
 // register is how every runner of a test registers its task types.

@@ -28,6 +28,8 @@ type Host struct {
 	metrics  *metrics
 	tracer   trace.Tracer
 	slots    chan struct{} // runner-wide handler slots
+	// sweepSlots bounds the shards sweeping for old finished tasks at once.
+	sweepSlots chan struct{}
 
 	mu      sync.Mutex
 	shards  map[storage.ShardID]*shardExec
@@ -91,19 +93,20 @@ func NewHost(tasks *task.Store, wakes storage.RunnerStore, runnerID string, cfg 
 		o.registry = prometheus.NewRegistry()
 	}
 	h := &Host{
-		cfg:      cfg,
-		tasks:    tasks,
-		wakes:    wakes,
-		runnerID: runnerID,
-		log:      o.logger.With("runner", runnerID),
-		metrics:  newMetrics(o.registry),
-		tracer:   o.tracer.Tracer("github.com/tenurehq/tenure/entity"),
-		slots:    make(chan struct{}, cfg.MaxConcurrentPerRunner),
-		shards:   map[storage.ShardID]*shardExec{},
-		waiting:  map[*shardExec]struct{}{},
-		active:   map[string]*attempt{},
-		execs:    map[*shardExec]struct{}{},
-		stop:     make(chan struct{}),
+		cfg:        cfg,
+		tasks:      tasks,
+		wakes:      wakes,
+		runnerID:   runnerID,
+		log:        o.logger.With("runner", runnerID),
+		metrics:    newMetrics(o.registry),
+		tracer:     o.tracer.Tracer("github.com/tenurehq/tenure/entity"),
+		slots:      make(chan struct{}, cfg.MaxConcurrentPerRunner),
+		sweepSlots: make(chan struct{}, sweepSlots),
+		shards:     map[storage.ShardID]*shardExec{},
+		waiting:    map[*shardExec]struct{}{},
+		active:     map[string]*attempt{},
+		execs:      map[*shardExec]struct{}{},
+		stop:       make(chan struct{}),
 	}
 	h.resident.init()
 	h.wg.Add(1)

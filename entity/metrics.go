@@ -30,7 +30,9 @@ type metrics struct {
 	queued        prometheus.Gauge
 	reconciles    prometheus.Counter
 	wakeups       prometheus.Counter
-	stuck         prometheus.Counter // handlers that ignored cancellation past the interrupt wait
+	stuck         prometheus.Counter     // handlers that ignored cancellation past the interrupt wait
+	purged        *prometheus.CounterVec // status: finished tasks deleted by the retention sweep
+	sweeps        prometheus.Counter     // retention sweep passes completed
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,7 +71,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		stuck: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "interrupt_overruns_total",
 			Help: "Handlers still running when the wait after an interruption ended (they ignore their context)."}),
 	}
+	m.purged = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "purged_total",
+		Help: "Finished tasks deleted by the retention sweep of the shards this runner owns (entity.task_retention), by status."}, []string{"status"})
+	m.sweeps = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "sweeps_total",
+		Help: "Retention sweep passes completed over owned shards."})
 	reg.MustRegister(m.tasks, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
-		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck)
+		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck,
+		m.purged, m.sweeps)
 	return m
 }

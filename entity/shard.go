@@ -32,8 +32,8 @@ type shardExec struct {
 	kickc    chan struct{} // coalescing "something changed"
 	loopDone chan struct{} // closed when the loop has stopped taking work
 	// stopped is closed once everything the ownership started has
-	// returned: the loop, every worker (handler and commit) and the
-	// entities' OnStop hooks.
+	// returned: the loop, every worker (handler and commit), the retention
+	// sweep and the entities' OnStop hooks.
 	stopped chan struct{}
 
 	// fate is closed once the manager has said how the ownership ends:
@@ -175,6 +175,10 @@ func (e *shardExec) run() {
 		e.stopEntities()
 		close(e.stopped)
 	}()
+	if e.h.cfg.TaskRetention > 0 {
+		e.workers.Add(1)
+		go e.sweep()
+	}
 	wakes, werr := e.h.wakes.WatchWakes(e.ctx, e.own.Shard)
 	if werr != nil && e.ctx.Err() == nil {
 		e.h.log.Warn("watching wake-ups failed; relying on reconciliation until it works", "shard", e.own.Shard.String(), "err", werr)

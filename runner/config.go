@@ -169,6 +169,18 @@ type EntityConfig struct {
 	MaxIdle                Duration `yaml:"max_idle"`                  // default 60s
 	MaxResident            int      `yaml:"max_resident"`              // default 10000
 	MaxInputSize           int      `yaml:"max_input_size"`            // bytes; default 256 KiB
+	// TaskRetention is how long a finished (completed, failed or
+	// cancelled) task is kept after its last write, in S3 time, before its
+	// shard's owner deletes it; 0 keeps finished tasks forever. Default
+	// 168h (7 days; write hours, Go durations have no days). Cost per idle
+	// shard: one LIST per task_sweep_interval; per deleted task: one GET
+	// and one DELETE (plus one PUT if it failed or was cancelled). See
+	// entity.Config.TaskRetention.
+	TaskRetention Duration `yaml:"task_retention"`
+	// TaskSweepInterval is how often each owned shard is swept for finished
+	// tasks older than task_retention; 0 (the default) derives it as
+	// task_retention/24 within [1s, 1h].
+	TaskSweepInterval Duration `yaml:"task_sweep_interval"`
 }
 
 // LogConfig selects the log output.
@@ -235,6 +247,8 @@ func DefaultConfig() Config {
 			MaxIdle:                Duration(ec.MaxIdle),
 			MaxResident:            ec.MaxResident,
 			MaxInputSize:           256 << 10,
+			TaskRetention:          Duration(ec.TaskRetention),
+			TaskSweepInterval:      Duration(ec.TaskSweepInterval),
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
@@ -287,6 +301,8 @@ func (c Config) EntityConfig() entity.Config {
 	ec.MaxConcurrentPerRunner = c.Entity.MaxConcurrentPerRunner
 	ec.MaxIdle = c.Entity.MaxIdle.Std()
 	ec.MaxResident = c.Entity.MaxResident
+	ec.TaskRetention = c.Entity.TaskRetention.Std()
+	ec.TaskSweepInterval = c.Entity.TaskSweepInterval.Std()
 	// Whether a task left running may be taken over at once is decided per
 	// claim, from the promise its holder recorded (task.Claim.Enforced),
 	// not from this runner's mode: modes change at run time and differ
@@ -368,7 +384,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
 	}
 	if err := c.EntityConfig().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
 	}
 	return errors.Join(errs...)
 }
@@ -391,6 +407,7 @@ func renameFields(err error) error {
 		{"RebalanceInterval", "sharding.rebalance_interval"}, {"LockRefreshInterval", "sharding.lock_refresh_interval"},
 		{"AcquireRetryInterval", "sharding.acquire_retry_interval"}, {"AcquireRetryWindow", "sharding.acquire_retry_window"},
 		{"InterruptTimeout", "sharding.interrupt_timeout"},
+		{"TaskRetention", "entity.task_retention"}, {"TaskSweepInterval", "entity.task_sweep_interval"},
 	} {
 		msg = strings.ReplaceAll(msg, r[0], r[1])
 	}

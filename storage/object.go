@@ -86,6 +86,21 @@ type ObjectStore interface {
 	Head(ctx context.Context, key string) (ObjectInfo, error)
 	// Delete removes key. Deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+	// DeleteIfMatch removes key only if the stored object's ETag is ifMatch
+	// (S3's conditional DeleteObject, If-Match): ErrPrecondition when it is
+	// another version. A missing key is not an error: the version the caller
+	// read is gone either way (S3 answers 404 there, VersityGW 204). An empty
+	// or "*" ifMatch is refused with ErrInvalid.
+	//
+	// How atomic the check is belongs to the server. On Amazon S3 (general
+	// purpose buckets accept conditional deletes since September 2025) and
+	// memstore, checking and removing are one step: of a DeleteIfMatch and a
+	// Replace holding the same ETag, exactly one succeeds. VersityGW v1.8.0's
+	// POSIX backend checks If-Match and then unlinks the file without the
+	// per-object lock its conditional PUTs hold, so a Replace published in
+	// between is removed with it. Callers that must not lose such a write
+	// need a second line of defence (entity/task's purge documents its own).
+	DeleteIfMatch(ctx context.Context, key, ifMatch string) error
 	// List returns one page of the keys that start with prefix, in ascending
 	// order.
 	List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error)

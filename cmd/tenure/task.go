@@ -27,6 +27,7 @@ commands:
   cancel REF    cancel a pending or running task
   replay REF    run a failed or cancelled task again
   history REF   show a task's transitions
+  purge         delete finished tasks: --before TIME [--status S] [--dry-run]
 
 REF is the ref submit prints, "group/index/id". Every command takes --json
 to print the task (or list, or history) as JSON; every task in it carries
@@ -52,7 +53,7 @@ as JSON, with its "ref".
 func Task(ctx context.Context, cli *CLI, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(cli.Stderr, taskUsage)
-		return errors.New("missing command (submit, get, list, cancel, replay or history)")
+		return errors.New("missing command (submit, get, list, cancel, replay, history or purge)")
 	}
 	switch args[0] {
 	case "-h", "--help", "-help", "help":
@@ -76,8 +77,10 @@ func Task(ctx context.Context, cli *CLI, args []string) error {
 		return taskHistory(ctx, cli, args[1:])
 	case "list":
 		return taskList(ctx, cli, args[1:])
+	case "purge":
+		return taskPurge(ctx, cli, args[1:])
 	}
-	return fmt.Errorf("unknown command %q (submit, get, list, cancel, replay or history)", args[0])
+	return fmt.Errorf("unknown command %q (submit, get, list, cancel, replay, history or purge)", args[0])
 }
 
 // TaskSubmit runs `tenure task submit`.

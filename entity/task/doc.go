@@ -65,6 +65,32 @@
 // owner deletes; a task is never left without a pointer (guarantee 3). A
 // caller-given id makes Submit idempotent.
 //
+// # Retention
+//
+// Finished tasks are not kept forever: Store.Purge deletes a shard's
+// completed, failed and cancelled tasks that finished before a cutoff. The
+// shard owner runs it every sweep interval with the cutoff now minus the
+// retention (entity.Config.TaskRetention), and `tenure task purge` runs it
+// on demand. Only what is known to be finished is deleted: pending and
+// running tasks, objects that do not decode and keys that do not parse are
+// kept. A task's finishing time is the later of its updated_at and the S3
+// server's LastModified of its object (plus its one-second resolution), and
+// the cutoff is compared in S3 time, so that a task is never deleted before
+// it is certainly as old as the retention.
+//
+// A purge must not undo a concurrent Replay, the one change a finished task
+// can still undergo. A completed task (or one failed as corrupt) is never
+// written again, so it is deleted with a conditional DELETE on the ETag
+// read. A failed or cancelled one is first marked Purging by
+// compare-and-swap (Task.MarkPurging), which a replay that wrote first
+// makes lose and which makes later replays refuse (ErrPurging); the marked
+// version, which nobody may change, is then deleted. This relies on
+// conditional PUTs only: VersityGW's conditional DELETE is not atomic (see
+// storage.ObjectStore.DeleteIfMatch). See Store.Purge for the cost.
+//
+// A caller-given id is idempotent for as long as its task exists: once
+// purged, the same id submits a new task.
+//
 // # Time
 //
 // Every task time is the object store's clock (Store.Now, from S3's Date

@@ -57,6 +57,9 @@ var (
 	// ErrInvalidTransition refuses a transition the task's status does not
 	// allow (completing a pending task, replaying a completed one, ...).
 	ErrInvalidTransition = errors.New("task: transition not allowed")
+	// ErrPurging refuses to replay a finished task that a retention purge
+	// is deleting (Task.Purging is set): resubmit the work instead.
+	ErrPurging = errors.New("task: task is being deleted by retention")
 )
 
 // ValidationError names the field an argument failed on.

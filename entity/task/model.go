@@ -138,6 +138,7 @@ const (
 	EventCancelled       = "cancelled"
 	EventReplayed        = "replayed"
 	EventCorrupt         = "corrupt"
+	EventPurging         = "purging"
 )
 
 // Corrupt encodings (Task.CorruptEncoding).
@@ -189,6 +190,11 @@ type Task struct {
 	// Error is the last failed attempt's error, cleared on completion.
 	Error           string `json:"error,omitempty"`
 	CancelRequested bool   `json:"cancel_requested,omitempty"`
+	// Purging is set (S3 time) once a retention purge (Store.Purge) has
+	// claimed the finished task for deletion: nothing changes such a task
+	// any more (Replay refuses it with ErrPurging), so deleting it cannot
+	// undo a replay. The object is normally gone one request later.
+	Purging time.Time `json:"purging,omitzero"`
 	// Trace is the W3C traceparent of the submit span (see SpanContext).
 	Trace string `json:"trace,omitempty"`
 	// Rev counts the object's writes. Every write increments it, so every

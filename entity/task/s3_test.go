@@ -219,3 +219,69 @@ func TestS3ConcurrentSubmits(t *testing.T) {
 		t.Fatalf("%d wake-ups, want 1 (by the creator)", len(w))
 	}
 }
+
+// TestS3Purge: against the real server and its clock, Purge deletes the
+// finished tasks that finished before the cutoff (a failed one after
+// marking it, through VersityGW's If-Match on PUT and on DELETE) and keeps a
+// pending one and everything that finished after the cutoff.
+func TestS3Purge(t *testing.T) {
+	c, _ := s3Env(t, 1)
+	ctx := testCtx(t)
+	s := c.Store()
+	finish := func(end func(*Task, time.Time)) *Task {
+		t.Helper()
+		tk, _, err := c.Submit(ctx, SubmitRequest{Type: "job"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, etag, err := s.Load(ctx, tk.Shard, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, _ := s.Now(ctx)
+		if err := run.ClaimFor(now.Latest(), runnerA); err != nil {
+			t.Fatal(err)
+		}
+		if etag, err = s.Write(ctx, run, etag); err != nil {
+			t.Fatal(err)
+		}
+		end(run, now.Latest())
+		if _, err := s.Write(ctx, run, etag); err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	completed := finish(func(tk *Task, now time.Time) { tk.Complete(now, nil) })
+	failed := finish(func(tk *Task, now time.Time) { tk.Fail(now, errors.New("no"), true) })
+	pending, _, err := c.Submit(ctx, SubmitRequest{Type: "job", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything so far finished before this cutoff (LastModified has a
+	// one-second resolution); what finishes after it must stay.
+	var cutoff time.Time
+	testenv.WaitFor(t, "the S3 clock to pass the writes by a second", 10*time.Second, func() bool {
+		now, err := s.Now(ctx)
+		cutoff = now.Earliest()
+		return err == nil && cutoff.After(failed.UpdatedAt.Add(1100*time.Millisecond))
+	})
+	late := finish(func(tk *Task, now time.Time) { tk.Complete(now, nil) })
+
+	res, err := s.Purge(ctx, PurgeOptions{Shard: completed.Shard, Before: cutoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != 1 || res.Failed != 1 || res.Active != 1 || res.Young != 1 || res.Scanned != 4 {
+		t.Fatalf("Purge: %+v", res)
+	}
+	for _, tk := range []*Task{completed, failed} {
+		if _, err := s.Objects().Head(ctx, tk.Key()); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("%s (%s) after the purge: %v", tk.Ref(), tk.Status, err)
+		}
+	}
+	for _, tk := range []*Task{pending, late} {
+		if _, err := s.Objects().Head(ctx, tk.Key()); err != nil {
+			t.Fatalf("%s (%s) after the purge: %v", tk.Ref(), tk.Status, err)
+		}
+	}
+}

@@ -259,8 +259,12 @@ func (t *Task) FinishCancel(now time.Time) error {
 }
 
 // Replay gives a failed or cancelled task a fresh start: pending, due now,
-// Attempt 0, error, result and cancellation cleared.
+// Attempt 0, error, result and cancellation cleared. A task a retention
+// purge has marked (Purging) refuses with ErrPurging.
 func (t *Task) Replay(now time.Time) error {
+	if !t.Purging.IsZero() {
+		return t.refuse("replay", ErrPurging, time.Time{}, "a retention purge is deleting it; resubmit the work")
+	}
 	if t.Corrupt != "" {
 		return t.refuse("replay", ErrInvalidTransition, time.Time{}, "the task object was corrupt; resubmit the work")
 	}
@@ -295,6 +299,22 @@ func (t *Task) MarkCorrupt(now time.Time, cause error) error {
 	t.Status = Failed
 	t.Error = truncate(msg, maxErrorLen)
 	t.record(now, EventCorrupt, "", msg)
+	return nil
+}
+
+// MarkPurging claims a finished task for deletion by a retention purge:
+// Purging = now and a history entry. Written with Store.Write (If-Match on
+// the ETag read), it makes the version the purge then deletes one that
+// nothing changes any more: Replay refuses it. A task already marked is
+// left as it is; one not finished refuses with ErrInvalidTransition.
+func (t *Task) MarkPurging(now time.Time) error {
+	if !t.Status.IsTerminal() {
+		return t.refuse("mark purging", ErrInvalidTransition, time.Time{}, "only a finished task can be purged")
+	}
+	if t.Purging.IsZero() {
+		t.Purging = now.UTC()
+		t.record(now, EventPurging, "", "being deleted: finished before the retention cutoff")
+	}
 	return nil
 }
 

@@ -131,6 +131,9 @@ func (t *Task) Validate() error {
 	if err := validateJSON("result", t.Result); err != nil {
 		return err
 	}
+	if !t.Purging.IsZero() && !t.Status.IsTerminal() {
+		return &ValidationError{Field: "purging", Value: t.Purging.String(), Rule: "may be set only on a finished task"}
+	}
 	if t.Status == Running && t.Claim == nil {
 		return &ValidationError{Field: "claim", Rule: "a running task must carry its claim"}
 	}

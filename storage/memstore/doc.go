@@ -1,7 +1,7 @@
 // Package memstore is an in-memory storage.ObjectStore for unit tests that
 // need deterministic clocks and fault injection. It follows S3's semantics:
 // ETags are the quoted hex MD5 of the body (so rewriting the same body keeps
-// the ETag, as on S3), conditional writes are atomic, List is lexicographic
+// the ETag, as on S3), conditional writes and conditional deletes are atomic, List is lexicographic
 // by byte with StartAfter, a page limit and Truncated, deleting a missing key
 // succeeds, and bodies are copied in and out. LastModified has S3's
 // one-second resolution.

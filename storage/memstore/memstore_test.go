@@ -112,3 +112,40 @@ func TestCallCounts(t *testing.T) {
 		t.Fatalf("CallCounts after ResetCalls = %v", got)
 	}
 }
+
+// TestDeleteIfMatchIsAtomic: a conditional delete and a conditional write
+// holding the same ETag never both succeed here, as on S3 (a property the
+// shared suite cannot ask of VersityGW; see storagetest).
+func TestDeleteIfMatchIsAtomic(t *testing.T) {
+	s := New()
+	c := ctx(t)
+	for round := 0; round < 200; round++ {
+		etag, err := s.Put(c, "k", []byte{byte(round)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var derr, rerr error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; derr = s.DeleteIfMatch(c, "k", etag) }()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, rerr = s.Replace(c, "k", []byte{byte(round), 1}, etag)
+		}()
+		close(start)
+		wg.Wait()
+		_, herr := s.Head(c, "k")
+		switch {
+		case derr == nil && rerr == nil:
+			t.Fatalf("round %d: the delete and the write both succeeded", round)
+		case derr == nil && !errors.Is(herr, storage.ErrNotFound):
+			t.Fatalf("round %d: the delete won but the key holds an object (%v)", round, herr)
+		case rerr == nil && herr != nil:
+			t.Fatalf("round %d: the write won but the key is gone: %v", round, herr)
+		case derr != nil && rerr != nil:
+			t.Fatalf("round %d: neither won: %v / %v", round, derr, rerr)
+		}
+	}
+}

@@ -126,12 +126,36 @@ func (s *Store) Head(ctx context.Context, key string) (info storage.ObjectInfo, 
 // Delete implements storage.ObjectStore.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.call(ctx, OpDelete, key, true, func() error {
-		if _, ok := s.objects[key]; !ok {
+		if _, ok := s.objects[key]; ok {
+			s.remove(key)
+		}
+		return nil
+	})
+}
+
+// remove deletes an existing key; s.mu is held.
+func (s *Store) remove(key string) {
+	delete(s.objects, key)
+	i := sort.SearchStrings(s.keys, key)
+	s.keys = slices.Delete(s.keys, i, i+1)
+}
+
+// DeleteIfMatch implements storage.ObjectStore: atomically, as S3 does.
+// ETags compare without their quotes; an empty ifMatch, or "*", is refused
+// with storage.ErrInvalid.
+func (s *Store) DeleteIfMatch(ctx context.Context, key, ifMatch string) error {
+	if ifMatch == "" || ifMatch == "*" {
+		return s.opErr(OpDelete, key, fmt.Errorf("%w: If-Match ETag %q", storage.ErrInvalid, ifMatch))
+	}
+	return s.call(ctx, OpDelete, key, true, func() error {
+		cur, ok := s.objects[key]
+		if !ok {
 			return nil
 		}
-		delete(s.objects, key)
-		i := sort.SearchStrings(s.keys, key)
-		s.keys = slices.Delete(s.keys, i, i+1)
+		if strings.Trim(cur.etag, `"`) != strings.Trim(ifMatch, `"`) {
+			return fmt.Errorf("%w: ETag is %s, not %s", storage.ErrPrecondition, cur.etag, ifMatch)
+		}
+		s.remove(key)
 		return nil
 	})
 }

@@ -5,7 +5,10 @@
 // with If-None-Match: *, Replace a PutObject with If-Match. Lost races (412
 // PreconditionFailed, 409 ConditionalRequestConflict, and a 404 or 412 for
 // If-Match on a vanished key, depending on the server) all surface as
-// storage.ErrPrecondition. Every error is a *storage.OpError naming the
+// storage.ErrPrecondition. DeleteIfMatch is a DeleteObject with If-Match
+// (Amazon S3 accepts it on general purpose buckets since September 2025;
+// VersityGW v1.8.0 honours it, but not atomically with a concurrent
+// conditional PUT: see storage.ObjectStore). Every error is a *storage.OpError naming the
 // operation, the full key and the endpoint and bucket, wrapping a storage
 // sentinel and the SDK's error.
 //

@@ -212,6 +212,33 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
+// DeleteIfMatch implements storage.ObjectStore with DeleteObject If-Match.
+// A 412 is storage.ErrPrecondition; a missing key is not an error (S3
+// answers 404 to If-Match on a missing key, VersityGW 204). An empty
+// ifMatch, or "*", is refused with storage.ErrInvalid: it would make the
+// delete unconditional.
+func (s *Store) DeleteIfMatch(ctx context.Context, key, ifMatch string) error {
+	full, err := s.fullKey(key)
+	if err != nil {
+		return s.opErr(opDelete, full, err)
+	}
+	if ifMatch == "" || ifMatch == "*" {
+		return s.opErr(opDelete, full, fmt.Errorf("%w: If-Match ETag %q", storage.ErrInvalid, ifMatch))
+	}
+	err = s.do(ctx, opDelete, full, func(ctx context.Context) error {
+		_, err := s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{
+			Bucket:  aws.String(s.bucket),
+			Key:     aws.String(full),
+			IfMatch: aws.String(ifMatch),
+		}, s.callOpt)
+		return err
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // List implements storage.ObjectStore with one ListObjectsV2 call.
 func (s *Store) List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListPage, error) {
 	full := s.opts.prefix + prefix

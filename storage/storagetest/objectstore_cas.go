@@ -176,6 +176,41 @@ func objTestDeleteRemoves(t *testing.T, s storage.ObjectStore) {
 	objCheckBody(t, ctx, s, "k", []byte("again"), etag)
 }
 
+func objTestDeleteIfMatch(t *testing.T, s storage.ObjectStore) {
+	ctx := objContext(t)
+	e1 := objPut(t, ctx, s, "k", []byte("v1"))
+	err := s.DeleteIfMatch(ctx, "k", `"0123456789abcdef0123456789abcdef"`)
+	objCheckErr(t, "DeleteIfMatch with a made-up ETag", err, storage.ErrPrecondition, "k")
+	e2, err := s.Replace(ctx, "k", []byte("v2"), e1)
+	if err != nil {
+		t.Fatalf("Replace: %v", err)
+	}
+	err = s.DeleteIfMatch(ctx, "k", e1)
+	objCheckErr(t, "DeleteIfMatch with a stale ETag", err, storage.ErrPrecondition, "k")
+	objCheckBody(t, ctx, s, "k", []byte("v2"), e2)
+
+	if err := s.DeleteIfMatch(ctx, "k", e2); err != nil {
+		t.Fatalf("DeleteIfMatch with the current ETag: %v", err)
+	}
+	if _, err := s.Head(ctx, "k"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("Head after DeleteIfMatch: %v, want ErrNotFound", err)
+	}
+	page, err := s.List(ctx, "", storage.ListOptions{})
+	if err != nil || len(page.Objects) != 0 {
+		t.Fatalf("List after DeleteIfMatch: %v %v, want nothing", page.Objects, err)
+	}
+	// The version is gone either way: deleting it again, or a key never
+	// written, is not an error.
+	for _, k := range []string{"k", "never"} {
+		if err := s.DeleteIfMatch(ctx, k, e2); err != nil {
+			t.Fatalf("DeleteIfMatch of missing key %s: %v, want nil", k, err)
+		}
+	}
+	// A conditional write on the deleted version loses.
+	_, err = s.Replace(ctx, "k", []byte("v3"), e2)
+	objCheckErr(t, "Replace of a key deleted by DeleteIfMatch", err, storage.ErrPrecondition, "k")
+}
+
 func objTestETagChanges(t *testing.T, s storage.ObjectStore) {
 	ctx := objContext(t)
 	seen := map[string]string{}

@@ -133,13 +133,14 @@ func objReturnsPromptly(t *testing.T, what string, call func() error) error {
 // objAllOps calls every operation on ctx and reports each one's error.
 func objAllOps(ctx context.Context, s storage.ObjectStore, key, etag string) map[string]func() error {
 	return map[string]func() error{
-		"Create":  func() error { _, err := s.Create(ctx, key+"-new", []byte("x")); return err },
-		"Replace": func() error { _, err := s.Replace(ctx, key, []byte("x"), etag); return err },
-		"Put":     func() error { _, err := s.Put(ctx, key, []byte("x")); return err },
-		"Get":     func() error { _, err := s.Get(ctx, key); return err },
-		"Head":    func() error { _, err := s.Head(ctx, key); return err },
-		"Delete":  func() error { return s.Delete(ctx, key) },
-		"List":    func() error { _, err := s.List(ctx, "", storage.ListOptions{}); return err },
+		"Create":        func() error { _, err := s.Create(ctx, key+"-new", []byte("x")); return err },
+		"Replace":       func() error { _, err := s.Replace(ctx, key, []byte("x"), etag); return err },
+		"Put":           func() error { _, err := s.Put(ctx, key, []byte("x")); return err },
+		"Get":           func() error { _, err := s.Get(ctx, key); return err },
+		"Head":          func() error { _, err := s.Head(ctx, key); return err },
+		"Delete":        func() error { return s.Delete(ctx, key) },
+		"DeleteIfMatch": func() error { return s.DeleteIfMatch(ctx, key, etag) },
+		"List":          func() error { _, err := s.List(ctx, "", storage.ListOptions{}); return err },
 		"ServerTime": func() error {
 			_, err := s.ServerTime(ctx)
 			return err
@@ -198,8 +199,12 @@ func objTestInvalidArguments(t *testing.T, s storage.ObjectStore) {
 	for _, bad := range []string{"", "*"} {
 		_, err := s.Replace(ctx, "k", []byte("x"), bad)
 		objCheckErr(t, "Replace with If-Match "+bad, err, storage.ErrInvalid, "k")
+		err = s.DeleteIfMatch(ctx, "k", bad)
+		objCheckErr(t, "DeleteIfMatch with If-Match "+bad, err, storage.ErrInvalid, "k")
 	}
-	_, err := s.List(ctx, "\xff", storage.ListOptions{})
+	err := s.DeleteIfMatch(ctx, "nul\x00byte", etag)
+	objCheckErr(t, "DeleteIfMatch of a bad key", err, storage.ErrInvalid, "")
+	_, err = s.List(ctx, "\xff", storage.ListOptions{})
 	objCheckErr(t, "List of a bad prefix", err, storage.ErrInvalid, "")
 	_, err = s.List(ctx, "", storage.ListOptions{StartAfter: "\x01"})
 	objCheckErr(t, "List after a bad key", err, storage.ErrInvalid, "")
