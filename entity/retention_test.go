@@ -96,3 +96,58 @@ func TestFinishedTasksDeletedAfterRetention(t *testing.T) {
 		t.Errorf("tenure_tasks_purged_total = %v, want %d", n, len(old))
 	}
 }
+
+// TestShortRetentionDeletesFinishedTasks (issue 10, item 7, in real time):
+// with entity.task_retention at 3 s, a completed and a failed task vanish
+// from S3 — watched by listing S3 from the moment each finished — no
+// earlier than 3 s after their last write and within a few sweep
+// intervals of it; a pending task scheduled ahead and a running one stay.
+func TestShortRetentionDeletesFinishedTasks(t *testing.T) {
+	const retention = 3 * time.Second
+	e := newEnv(t, 1)
+	e.ecfg.TaskRetention = retention
+	e.ecfg.TaskSweepInterval = time.Second
+	e.ecfg.ReconcileInterval = time.Second
+	ctx := ctxFor(t, 60*time.Second)
+	e.start("keeper", e.standard)
+	e.waitOwned(10 * time.Second)
+	pending := e.submit(task.SubmitRequest{Type: "job", Delay: time.Hour})
+	running := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true})})
+	finished := []*task.Task{
+		e.submit(task.SubmitRequest{Type: "job"}),
+		e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Perm: true})}),
+	}
+	for i, tk := range finished {
+		finished[i] = e.final(tk.Ref(), 20*time.Second)
+	}
+	// Watch S3 from now on: each finished task must still be there until
+	// its last write (S3 time, from the same server's clock) is retention
+	// old, and gone some seconds later.
+	goneAt := map[string]time.Time{}
+	testenv.WaitFor(t, "the finished tasks to be deleted", 30*time.Second, func() bool {
+		keys := e.taskKeys()
+		now := time.Now()
+		for _, tk := range finished {
+			if _, gone := goneAt[tk.Key()]; !gone && !slices.Contains(keys, tk.Key()) {
+				goneAt[tk.Key()] = now
+			}
+		}
+		return len(goneAt) == len(finished)
+	})
+	for _, tk := range finished {
+		age := goneAt[tk.Key()].Sub(tk.UpdatedAt)
+		t.Logf("%s task %s gone %s after its last write", tk.Status, tk.Ref(), age.Round(time.Millisecond))
+		if age < retention {
+			t.Errorf("%s task %s deleted %s after its last write, before the %s retention", tk.Status, tk.Ref(), age, retention)
+		}
+	}
+	keys := e.taskKeys()
+	for _, tk := range []*task.Task{pending, running} {
+		if !slices.Contains(keys, tk.Key()) {
+			t.Errorf("task %s (%s) was deleted", tk.Ref(), tk.Status)
+		}
+	}
+	if tk, err := e.client.Get(ctx, running.Ref()); err != nil || tk.Status != task.Running {
+		t.Errorf("the blocking task: %v %+v, want it still running", err, tk)
+	}
+}
