@@ -104,6 +104,37 @@ func shuffledCopy[T any](rng *rand.Rand, in []T) []T {
 	return out
 }
 
+// referenceEligible is step 2 of the specification done literally: the
+// eligible runners of group g sorted by id, their normalised weights, and
+// the weights their shares come from with their total (step 4).
+func referenceEligible(cands []candidate, g string) (ids []string, ws, shares []float64, total float64) {
+	var raws []float64
+	wmax := 0.0
+	for _, c := range cands {
+		if c.weight > 0 && c.serves(g) {
+			wmax = max(wmax, c.weight)
+		}
+	}
+	for _, c := range cands {
+		if c.weight > 0 && c.serves(g) && c.weight/wmax > 0 {
+			ids = append(ids, c.id)
+			ws = append(ws, c.weight/wmax)
+			raws = append(raws, c.weight)
+		}
+	}
+	shares = raws
+	for _, w := range shares {
+		total += w
+	}
+	if math.IsInf(total, 0) {
+		shares, total = ws, 0
+		for _, w := range shares {
+			total += w
+		}
+	}
+	return ids, ws, shares, total
+}
+
 // referenceAssignV1 is ProcedureV1's cold start done literally: sort every
 // (shard, runner) pair of a group and walk the list. It shares the scoring
 // code with Assign (pinned by the golden tests) but none of the placement.
@@ -119,33 +150,9 @@ func referenceAssignV1(groups []string, shards int, runners []Candidate) Assignm
 			continue
 		}
 		done[g] = true
-		var ids []string
-		var ws, raws []float64
-		wmax := 0.0
-		for _, c := range cands {
-			if c.weight > 0 && c.serves(g) {
-				wmax = max(wmax, c.weight)
-			}
-		}
-		for _, c := range cands {
-			if c.weight > 0 && c.serves(g) && c.weight/wmax > 0 {
-				ids = append(ids, c.id)
-				ws = append(ws, c.weight/wmax)
-				raws = append(raws, c.weight)
-			}
-		}
+		ids, ws, shares, total := referenceEligible(cands, g)
 		if len(ids) == 0 {
 			continue
-		}
-		shares, total := raws, 0.0
-		for _, w := range shares {
-			total += w
-		}
-		if math.IsInf(total, 0) {
-			shares, total = ws, 0
-			for _, w := range shares {
-				total += w
-			}
 		}
 		lo, hi, count := make([]int, len(ids)), make([]int, len(ids)), make([]int, len(ids))
 		deficit := 0
@@ -198,33 +205,9 @@ func referenceReassign(groups []string, shards int, runners []Candidate, current
 			continue
 		}
 		done[g] = true
-		var ids []string
-		var ws, raws []float64
-		wmax := 0.0
-		for _, c := range cands {
-			if c.weight > 0 && c.serves(g) {
-				wmax = max(wmax, c.weight)
-			}
-		}
-		for _, c := range cands {
-			if c.weight > 0 && c.serves(g) && c.weight/wmax > 0 {
-				ids = append(ids, c.id)
-				ws = append(ws, c.weight/wmax)
-				raws = append(raws, c.weight)
-			}
-		}
+		ids, ws, shares, total := referenceEligible(cands, g)
 		if len(ids) == 0 {
 			continue
-		}
-		shares, total := raws, 0.0
-		for _, w := range shares {
-			total += w
-		}
-		if math.IsInf(total, 0) {
-			shares, total = ws, 0
-			for _, w := range shares {
-				total += w
-			}
 		}
 		n := len(ids)
 		ideal, lo, hi, target, count := make([]float64, n), make([]int, n), make([]int, n), make([]int, n), make([]int, n)

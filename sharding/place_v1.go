@@ -97,31 +97,7 @@ func (p *placer) placeFree(out Assignment, shards int) {
 // 6a): an eligible owner keeps its held shards up to its hi, the ones it
 // scores highest when it holds more. It returns how many were kept.
 func (p *placer) keep(out Assignment, shards int, current Assignment) int {
-	if len(current) == 0 {
-		return 0
-	}
-	index := make(map[string]int, len(p.ids))
-	for r, id := range p.ids {
-		index[id] = r
-	}
-	held := make([][]int, len(p.ids))
-	for k := 0; k < shards; k++ {
-		if r, ok := index[current[storage.ShardID{Group: p.group, Index: k}]]; ok {
-			held[r] = append(held[r], k)
-		}
-	}
-	kept := 0
-	for r, ks := range held {
-		if len(ks) > p.hi[r] {
-			ks = p.preferred(r, ks)[:p.hi[r]]
-		}
-		for _, k := range ks {
-			out[storage.ShardID{Group: p.group, Index: k}] = p.ids[r]
-		}
-		p.count[r] = len(ks)
-		kept += len(ks)
-	}
-	return kept
+	return p.keepUpTo(out, p.held(shards, current), p.hi)
 }
 
 // steal lifts every runner still below its lo (a newcomer: the walk had no

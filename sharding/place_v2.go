@@ -8,15 +8,7 @@ import "github.com/tenurehq/tenure/storage"
 func (p *placer) assignGroupV2(out Assignment, shards int, current Assignment) {
 	held := p.held(shards, current)
 	p.targets(held, shards)
-	for r, ks := range held {
-		if len(ks) > p.target[r] {
-			ks = p.preferred(r, ks)[:p.target[r]]
-		}
-		for _, k := range ks {
-			out[storage.ShardID{Group: p.group, Index: k}] = p.ids[r]
-		}
-		p.count[r] = len(ks)
-	}
+	p.keepUpTo(out, held, p.target)
 	// The walk starts from the best pair of every shard nobody kept.
 	free := p.heap[:0]
 	for _, sp := range p.heap {
@@ -32,6 +24,24 @@ func (p *placer) assignGroupV2(out Assignment, shards int, current Assignment) {
 		deficit += t - p.count[r]
 	}
 	p.walk(out, deficit)
+}
+
+// keepUpTo places the shards owners keep: each eligible runner r keeps its
+// held shards up to limit[r], the ones it scores highest when it holds more.
+// It sets the counts and returns how many were kept.
+func (p *placer) keepUpTo(out Assignment, held [][]int, limit []int) int {
+	kept := 0
+	for r, ks := range held {
+		if len(ks) > limit[r] {
+			ks = p.preferred(r, ks)[:limit[r]]
+		}
+		for _, k := range ks {
+			out[storage.ShardID{Group: p.group, Index: k}] = p.ids[r]
+		}
+		p.count[r] = len(ks)
+		kept += len(ks)
+	}
+	return kept
 }
 
 // held returns, per eligible runner, the shards of the group it owns in
