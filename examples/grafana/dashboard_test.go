@@ -47,6 +47,7 @@ var knownMetrics = map[string]string{
 	"tenure_tasks_reconciles_total":         "counter",
 	"tenure_tasks_wakeups_total":            "counter",
 	"tenure_tasks_interrupt_overruns_total": "counter",
+	"tenure_tasks_purged_total":             "counter",
 	"tenure_entity_resident":                "gauge",
 	"tenure_entity_passivations_total":      "counter",
 
