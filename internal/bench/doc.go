@@ -14,7 +14,8 @@
 //     detach margin (negative: before it).
 //   - throughput: no-op tasks per second with one and three runners.
 //   - latency: submit → handler start, one task at a time, with wake-ups.
-//   - s3cost: S3 requests per completed task by operation, idle requests per
+//   - s3cost: S3 requests per completed task by operation, counted on the
+//     wire by counting proxies (internal/s3count), idle requests per
 //     minute, and a monthly request-cost estimate.
 //   - assign: compute time of sharding.Assign and Reassign.
 //

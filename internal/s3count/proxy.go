@@ -163,6 +163,12 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if fault != Forward {
 		p.counts.Injected[req.Op]++
 		p.counts.Failed[req.Op]++
+		switch fault {
+		case Fail503:
+			p.answeredLocked(req.Op, http.StatusServiceUnavailable)
+		default:
+			p.answeredLocked(req.Op, 0)
+		}
 	}
 	p.mu.Unlock()
 	switch fault {
@@ -186,21 +192,31 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
-		if v := recover(); v != nil {
-			p.fail(req.Op)
-			panic(v)
+		v := recover()
+		status := sw.status
+		if v != nil {
+			status = 0 // the answer was cut off
 		}
-		if sw.status >= 500 || sw.status == 0 {
-			p.fail(req.Op)
+		p.mu.Lock()
+		p.answeredLocked(req.Op, status)
+		if status >= 500 || status == 0 {
+			p.counts.Failed[req.Op]++
+		}
+		p.mu.Unlock()
+		if v != nil {
+			panic(v)
 		}
 	}()
 	p.rp.ServeHTTP(sw, r)
 }
 
-func (p *Proxy) fail(op Op) {
-	p.mu.Lock()
-	p.counts.Failed[op]++
-	p.mu.Unlock()
+func (p *Proxy) answeredLocked(op Op, status int) {
+	m := p.counts.Status[op]
+	if m == nil {
+		m = map[int]int{}
+		p.counts.Status[op] = m
+	}
+	m[status]++
 }
 
 // statusWriter records the status of the answer.
