@@ -8,9 +8,10 @@
 //
 // Classification assumes path-style addressing (<endpoint>/<bucket>/<key>),
 // which Tenure uses for S3-compatible servers. The proxy can also inject a
-// fault into chosen requests (a 503 answer or a dropped connection, neither
-// forwarded), so that a test can make the SDK retry and see the retry
-// counted.
+// fault into chosen requests — a 503 answer or a reset connection (neither
+// forwarded), or a forwarded request whose answer is dropped — so that a
+// test can make the SDK retry and see the retry counted, or make an
+// outcome unknown to the client.
 //
 // It has no testing dependency, so that both tests and `tenure bench` can
 // use it.

@@ -1,6 +1,7 @@
 package s3count
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,10 @@ const (
 	// Reset closes the client's connection without an answer and without
 	// forwarding, like a connection reset.
 	Reset
+	// DropReply forwards the request (a write happens) and then closes the
+	// client's connection without its answer: an outcome the client
+	// cannot know.
+	DropReply
 )
 
 // Request describes a request to a fault hook.
@@ -179,16 +184,12 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected by s3count</Message></Error>`)
 		return
 	case Reset:
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				if tc, ok := conn.(*net.TCPConn); ok {
-					tc.SetLinger(0) // an RST, not an orderly close
-				}
-				conn.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler)
+		reset(w)
+		return
+	case DropReply:
+		p.rp.ServeHTTP(&discard{header: http.Header{}}, r.WithContext(context.WithoutCancel(r.Context())))
+		reset(w)
+		return
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
@@ -209,6 +210,27 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}()
 	p.rp.ServeHTTP(sw, r)
 }
+
+// reset drops the client's connection without an answer.
+func reset(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0) // an RST, not an orderly close
+			}
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// discard is a ResponseWriter that throws the answer away.
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
 
 func (p *Proxy) answeredLocked(op Op, status int) {
 	m := p.counts.Status[op]

@@ -246,3 +246,23 @@ func TestFailedAnswersCounted(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestDropReplyAppliesTheWrite: a request whose answer the proxy drops
+// reached the server: the create fails for the caller, yet the object is
+// there (and the SDK's retries of the create were refused as duplicates,
+// their answers dropped as well).
+func TestDropReplyAppliesTheWrite(t *testing.T) {
+	testenv.CheckLeaks(t)
+	st, p, _ := storeVia(t, s3count.WithFaults(s3count.FailFirst(s3count.OpCreate, 100, s3count.DropReply)))
+	ctx := ctxFor(t)
+	if _, err := st.Create(ctx, "lost-answer", []byte("x")); err == nil {
+		t.Fatal("create with its answer dropped: no error")
+	}
+	obj, err := st.Get(ctx, "lost-answer")
+	if err != nil || string(obj.Body) != "x" {
+		t.Fatalf("the dropped create's object: %q, %v; want it written", obj.Body, err)
+	}
+	if c := p.Counts(); c.Requests[s3count.OpCreate] != 3 || c.Injected[s3count.OpCreate] != 3 || c.Answered(s3count.OpCreate, 0) != 3 {
+		t.Fatalf("counts %s, want 3 creates, each answer dropped", c)
+	}
+}
