@@ -172,9 +172,12 @@ func detachTrial(ctx context.Context, e *env, n int) (DetachTrial, time.Duration
 		return DetachTrial{}, 0, fmt.Errorf("runner key %s: not registered under a lease", key)
 	}
 	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	// The watch and the lease polling end with the trial, whatever ends it.
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	trialCtx, endTrial := context.WithCancel(ctx)
+	defer endTrial()
+	watchCtx, stopWatch := context.WithCancel(trialCtx)
 	defer stopWatch()
 	deleted := make(chan time.Time, 1)
 	watch := cli.Watch(clientv3.WithRequireLeader(watchCtx), key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
@@ -223,7 +226,7 @@ func detachTrial(ctx context.Context, e *env, n int) (DetachTrial, time.Duration
 	}
 	partition := time.Now()
 	proxy.SetMode(netproxy.Blackhole)
-	expiry := followLease(ctx, cli, lease, &wg)
+	expiry := followLease(trialCtx, cli, lease, &wg)
 
 	var tr DetachTrial
 	var cancelAt, deletedAt time.Time
