@@ -4,7 +4,16 @@ TEST_FLAGS ?= -race -count=1 -timeout 18m
 BENCH      ?= .
 BENCH_TIME ?= 1s
 
-.PHONY: all test lint bench integration dev build tidy
+# make soak knobs (see RELIABILITY.md)
+SOAK_DURATION       ?= 28m
+SOAK_RUNNERS        ?= 5
+SOAK_FAULT_INTERVAL ?= 1s
+SOAK_MIN_FAULTS     ?= 1000
+SOAK_SEED           ?=
+SOAK_TIMEOUT        ?= 120m
+SOAK_LOG            ?= /tmp/tenure-soak.log
+
+.PHONY: all test lint bench integration soak dev build tidy
 
 all: lint test
 
@@ -37,6 +46,16 @@ bench:
 integration:
 	bash -o pipefail -c "$(GO) test -race -count=1 -timeout 60m -tags integration -v -run 'TestSoak' ./integration/... | grep -E 'SOAK SUMMARY|fault [0-9]+:|^(--- |ok|FAIL|PASS)|_test.go:'"
 	@echo "(the full integration package, process tests included, also runs in make test)"
+
+## soak: the recorded soak (RELIABILITY.md): SOAK_RUNNERS runner processes
+## under load, a fault about every SOAK_FAULT_INTERVAL for SOAK_DURATION,
+## at least SOAK_MIN_FAULTS of them, then the audit; the full log goes to
+## SOAK_LOG, the summary and any failure to the terminal
+soak:
+	TENURE_SOAK_DURATION=$(SOAK_DURATION) TENURE_SOAK_RUNNERS=$(SOAK_RUNNERS) \
+	TENURE_SOAK_FAULT_INTERVAL=$(SOAK_FAULT_INTERVAL) TENURE_SOAK_MIN_FAULTS=$(SOAK_MIN_FAULTS) TENURE_SOAK_SEED=$(SOAK_SEED) \
+	bash -o pipefail -c "$(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./integration/ 2>&1 | tee $(SOAK_LOG) | grep -E 'SOAK SUMMARY|^(--- |ok|FAIL|PASS)'" \
+	|| { echo "soak failed; the full log is $(SOAK_LOG)"; exit 1; }
 
 ## dev: a local cluster on embedded etcd and S3
 dev:

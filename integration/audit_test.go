@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ type auditExec struct {
 	attempt                int
 	start, end             time.Time
 	cancelled              bool // the runner dropped the request before the work ended
+	done                   bool // the work ended and its answer was written
 }
 
 // recorder is the audit's HTTP task handler and log, with one clock.
@@ -71,7 +73,7 @@ func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	select {
 	case <-time.After(time.Duration(in.MS) * time.Millisecond):
 		r.mu.Lock()
-		x.end = time.Now()
+		x.end, x.done = time.Now(), true
 		r.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"ran_on":%q}`, x.runner)
@@ -149,14 +151,85 @@ type auditReport struct {
 	executions, cancelled int
 	outsideLock           []string // (a) executions while the runner did not hold the shard
 	overlaps              []string // (b) overlapping executions of a task or an entity
-	notTerminal           []string // (c) tasks that never finished
-	completedTwice        []string // (d) tasks whose history completes twice
-	completed, failed     int
+	lost                  []string // (c) accepted tasks missing or not terminal
+	completedTwice        []string // (d) tasks whose history completes more than once
+	// historyAnomalies are histories at odds with a single completion: a
+	// completed task without a completed event, events after the
+	// completion, another final status after a completed event.
+	historyAnomalies []string
+	// unrecordedCompletions are completions (runner, attempt) for which
+	// the recorder saw no run of that attempt on that runner finish.
+	unrecordedCompletions []string
+	// phantoms are submits resolved as not accepted whose task later
+	// exists or was run.
+	phantoms []string
+
+	completed, failed, cancelledTasks int
+	truncatedHistories                int // tasks whose history dropped older entries
 }
 
-// audit checks the four properties over the recorded executions, the lock
-// timeline and the final task objects.
-func audit(t testing.TB, c *cluster, execs []auditExec, locks *lockLog, refs []string) auditReport {
+// auditReaders is how many task objects the audit reads at a time.
+const auditReaders = 16
+
+// readTasks reads the tasks refs in parallel: the task, or the error.
+func readTasks(ctx context.Context, client *task.Client, refs []string) ([]*task.Task, []error) {
+	tasks, errs := make([]*task.Task, len(refs)), make([]error, len(refs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range auditReaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				for try := 0; ; try++ {
+					rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					tasks[i], errs[i] = client.Get(rctx, refs[i])
+					cancel()
+					if errs[i] == nil || !storage.IsRetryable(errs[i]) || try == 5 || ctx.Err() != nil {
+						break
+					}
+					time.Sleep(100 * time.Millisecond) // back off before reading again
+				}
+			}
+		}()
+	}
+	for i := range refs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return tasks, errs
+}
+
+// waitTerminal waits until every task of refs is terminal, or within
+// passes; it returns those that are not (or cannot be read).
+func waitTerminal(ctx context.Context, client *task.Client, refs []string, within time.Duration) []string {
+	deadline := time.Now().Add(within)
+	pending := refs
+	for len(pending) > 0 {
+		tasks, _ := readTasks(ctx, client, pending)
+		var still []string
+		for i, tk := range tasks {
+			if tk == nil || !tk.Status.IsTerminal() {
+				still = append(still, pending[i])
+			}
+		}
+		pending = still
+		if len(pending) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond) // poll interval of the wait
+	}
+	return pending
+}
+
+// audit checks the properties from outside: the recorder's executions
+// (its own clock), the lock timeline from an etcd watch (nil: not
+// checked), and every task object read back from S3 — its final status
+// and its whole history. accepted are the tasks that must exist and be
+// terminal; rejected the submits resolved as not accepted, which must
+// neither exist nor have run.
+func audit(t testing.TB, client *task.Client, execs []auditExec, locks *lockLog, accepted, rejected []string) auditReport {
 	var rep auditReport
 	rep.executions = len(execs)
 	for _, x := range execs {
@@ -189,47 +262,106 @@ func audit(t testing.TB, c *cluster, execs []auditExec, locks *lockLog, refs []s
 	overlap("task", byTask)
 	overlap("entity", byEntity)
 
-	client := c.taskClient()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	for _, ref := range refs {
-		tk, err := client.Get(ctx, ref)
-		if err != nil {
-			t.Fatalf("audit: get %s: %v", ref, err)
-		}
-		if !tk.Status.IsTerminal() {
-			rep.notTerminal = append(rep.notTerminal, fmt.Sprintf("%s %s attempt %d", ref, tk.Status, tk.Attempt))
+	tasks, errs := readTasks(ctx, client, accepted)
+	for i, ref := range accepted {
+		tk, err := tasks[i], errs[i]
+		switch {
+		case errors.Is(err, task.ErrNotFound):
+			rep.lost = append(rep.lost, ref+" (no task object)")
 			continue
+		case err != nil:
+			t.Fatalf("audit: get %s: %v", ref, err)
+		case !tk.Status.IsTerminal():
+			rep.lost = append(rep.lost, fmt.Sprintf("%s %s attempt %d", ref, tk.Status, tk.Attempt))
 		}
-		completions := 0
-		for _, h := range tk.History {
-			if h.Event == task.EventCompleted {
-				completions++
-			}
+		if tk.HistoryDropped > 0 {
+			rep.truncatedHistories++
 		}
-		if completions > 1 {
-			rep.completedTwice = append(rep.completedTwice, ref)
-		}
+		rep.checkHistory(ref, tk, byTask[tk.ID], execs != nil)
 		switch tk.Status {
 		case task.Completed:
 			rep.completed++
 		case task.Failed:
 			rep.failed++
+		case task.Cancelled:
+			rep.cancelledTasks++
+		}
+	}
+	_, rejectedErrs := readTasks(ctx, client, rejected)
+	for i, ref := range rejected {
+		if err := rejectedErrs[i]; !errors.Is(err, task.ErrNotFound) {
+			rep.phantoms = append(rep.phantoms, fmt.Sprintf("%s: resolved as not accepted, now reads %v", ref, err))
+		}
+		_, id, _ := task.ParseRef(ref)
+		if n := len(byTask[id]); n > 0 {
+			rep.phantoms = append(rep.phantoms, fmt.Sprintf("%s: resolved as not accepted, ran %d times", ref, n))
 		}
 	}
 	return rep
 }
 
+// checkHistory reads a task's history: exactly one completed event for a
+// completed task, as its last event, made by a run the recorder saw
+// finish (when recorded is set); none for a task that ended otherwise.
+func (rep *auditReport) checkHistory(ref string, tk *task.Task, runs []auditExec, recorded bool) {
+	var completions []int
+	for i, h := range tk.History {
+		if h.Event == task.EventCompleted {
+			completions = append(completions, i)
+		}
+	}
+	if len(completions) > 1 {
+		rep.completedTwice = append(rep.completedTwice, fmt.Sprintf("%s: %d completed events", ref, len(completions)))
+	}
+	switch {
+	case tk.Status == task.Completed && len(completions) == 0:
+		rep.historyAnomalies = append(rep.historyAnomalies, ref+": completed, but no completed event in its history")
+		return
+	case tk.Status != task.Completed && len(completions) > 0:
+		rep.historyAnomalies = append(rep.historyAnomalies, fmt.Sprintf("%s: %s after a completed event", ref, tk.Status))
+		return
+	case len(completions) == 0:
+		return
+	}
+	last := completions[len(completions)-1]
+	if last != len(tk.History)-1 {
+		var after []string
+		for _, h := range tk.History[last+1:] {
+			after = append(after, h.Event)
+		}
+		rep.historyAnomalies = append(rep.historyAnomalies, fmt.Sprintf("%s: events after the completion: %v", ref, after))
+	}
+	if !recorded {
+		return
+	}
+	ev := tk.History[completions[0]]
+	for _, x := range runs {
+		if x.runner == ev.Runner && x.attempt == ev.Attempt && x.done {
+			return
+		}
+	}
+	rep.unrecordedCompletions = append(rep.unrecordedCompletions,
+		fmt.Sprintf("%s: completed by %s attempt %d, but the recorder saw no such run finish (%d runs)", ref, ev.Runner, ev.Attempt, len(runs)))
+}
+
 func (r auditReport) check(t testing.TB) {
 	t.Helper()
-	for name, list := range map[string][]string{
-		"(a) executions outside the runner's lock tenure": r.outsideLock,
-		"(b) overlapping executions":                      r.overlaps,
-		"(c) tasks that never reached a terminal state":   r.notTerminal,
-		"(d) tasks completed twice":                       r.completedTwice,
+	for _, c := range []struct {
+		name string
+		list []string
+	}{
+		{"(a) executions outside the runner's lock tenure", r.outsideLock},
+		{"(b) overlapping executions", r.overlaps},
+		{"(c) accepted tasks lost (missing or never terminal)", r.lost},
+		{"(d) tasks completed twice", r.completedTwice},
+		{"(e) histories at odds with one completion", r.historyAnomalies},
+		{"(f) completions without a recorded run", r.unrecordedCompletions},
+		{"(g) submits resolved as not accepted that exist or ran", r.phantoms},
 	} {
-		if len(list) > 0 {
-			t.Errorf("%s: %d, e.g. %v", name, len(list), list[:min(len(list), 5)])
+		if len(c.list) > 0 {
+			t.Errorf("%s: %d, e.g. %v", c.name, len(c.list), c.list[:min(len(c.list), 5)])
 		}
 	}
 }

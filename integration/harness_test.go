@@ -81,7 +81,7 @@ func start(t testing.TB, name string, args ...string) *proc {
 	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	p.cmd.Env = append(childEnv(), "GORACE=halt_on_error=1")
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -105,6 +105,19 @@ func start(t testing.TB, name string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// childEnv is the test's environment without the soak's knobs
+// (TENURE_SOAK_*): a tenure process reads every TENURE_* variable as
+// config and refuses those that name no key.
+func childEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TENURE_SOAK_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (p *proc) signal(t testing.TB, s syscall.Signal) {
@@ -358,10 +371,17 @@ func contains(xs []string, x string) bool {
 // taskClient connects a task client to the cluster's S3 and etcd.
 func (c *cluster) taskClient() *task.Client {
 	c.t.Helper()
-	if c.tasks != nil {
-		return c.tasks
+	if c.tasks == nil {
+		c.tasks = c.newTaskClient()
 	}
-	cfg, err := runner.Load(c.cfgPath, nil, []string{"etcd.endpoints=" + c.etcdEP})
+	return c.tasks
+}
+
+// newTaskClient connects a new task client to the cluster's etcd and S3;
+// overrides are config keys (key=value), e.g. another s3.endpoint.
+func (c *cluster) newTaskClient(overrides ...string) *task.Client {
+	c.t.Helper()
+	cfg, err := runner.Load(c.cfgPath, nil, append([]string{"etcd.endpoints=" + c.etcdEP}, overrides...))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -369,9 +389,9 @@ func (c *cluster) taskClient() *task.Client {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.tasks, err = task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: cfg.Shards, Waker: c.store})
+	tc, err := task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: cfg.Shards, Waker: c.store})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return c.tasks
+	return tc
 }

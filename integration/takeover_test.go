@@ -130,7 +130,7 @@ func checkSingleExecution(t *testing.T, c *cluster, rec *recorder, refs []string
 			t.Fatalf("task %s did not finish: %v", ref, err)
 		}
 	}
-	rep := audit(t, c, rec.all(), nil, refs)
+	rep := audit(t, c.taskClient(), rec.all(), nil, refs, nil)
 	t.Logf("audit: %d executions (%d cancelled), %d completed, %d failed, %d concurrent runs of one task",
 		rep.executions, rep.cancelled, rep.completed, rep.failed, len(rep.overlaps))
 	rep.check(t)

@@ -131,11 +131,16 @@ func TestBenchInProcessScenarios(t *testing.T) {
 		if tr.Reason != "lease-deadline" && tr.Reason != "keepalive-failures" {
 			t.Errorf("detach reason %q, want lease-deadline or keepalive-failures", tr.Reason)
 		}
-		// Detached after the partition, and within a TTL of it.
+		// The handler was cancelled after the partition, within a TTL of
+		// it, and before etcd expired the lease (the bench fails a trial
+		// otherwise); the key went after the expiry.
 		if tr.AfterPartitionMS <= 0 || tr.AfterPartitionMS > d.LeaseTTLMS {
-			t.Errorf("detached %gms after the partition, want within (0, %g]", tr.AfterPartitionMS, d.LeaseTTLMS)
+			t.Errorf("handler cancelled %gms after the partition, want within (0, %g]", tr.AfterPartitionMS, d.LeaseTTLMS)
 		}
-		if d.MedianMS != tr.MS || d.MaxMS != tr.MS || d.MarginMS != d.LeaseTTLMS/3 {
+		if tr.MarginMS <= 0 || tr.KeyDeletedMS < tr.MarginMS || abs(tr.ExpiryAfterPartitionMS-tr.AfterPartitionMS-tr.MarginMS) > 0.01 {
+			t.Errorf("detach trial %+v: want a positive margin, the key deleted after the expiry, and expiry = cancellation + margin", tr)
+		}
+		if d.MinMarginMS != tr.MarginMS || d.MedianMarginMS != tr.MarginMS || d.DetachMarginMS != d.LeaseTTLMS/3 {
 			t.Errorf("detach summary %+v does not match its trial", d)
 		}
 	}
@@ -176,6 +181,13 @@ func TestBenchInProcessScenarios(t *testing.T) {
 }
 
 func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
 
 // pkgDir is this package's directory, read before any test starts the
 // shared S3 gateway (which changes the working directory).

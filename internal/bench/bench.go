@@ -212,8 +212,9 @@ func (r *HandoverResult) rows() []row {
 
 func (r *DetachResult) rows() []row {
 	return []row{
-		{"detach − (deadline − margin)", fmt.Sprintf("median %.1fms, max %.1fms (TTL %gms, margin %gms)", r.MedianMS, r.MaxMS, r.LeaseTTLMS, r.MarginMS)},
-		{"trials (ms)", joinFloats(r.Trials, func(t DetachTrial) float64 { return t.MS })},
+		{"lease expiry − handler cancelled", fmt.Sprintf("min %.1fms, median %.1fms (TTL %gms, detach margin %gms)", r.MinMarginMS, r.MedianMarginMS, r.LeaseTTLMS, r.DetachMarginMS)},
+		{"trials (ms)", joinFloats(r.Trials, func(t DetachTrial) float64 { return t.MarginMS })},
+		{"partition → handler cancelled (ms)", joinFloats(r.Trials, func(t DetachTrial) float64 { return t.AfterPartitionMS })},
 	}
 }
 

@@ -112,7 +112,7 @@ func TestStats(t *testing.T) {
 }
 
 func TestPriceClasses(t *testing.T) {
-	c := classesOf(map[string]float64{"create": 1, "put": 1, "replace": 2, "get": 1, "delete": 1, "list": 0.5, "check": 0.5, "servertime": 0.25, "head": 0.25})
+	c := classesOf(map[string]float64{"create": 1, "put": 1, "replace": 2, "get": 1, "delete": 1, "list": 0.5, "list_v1": 0.5, "head_bucket": 0.25, "head": 0.25})
 	want := Classes{PutClass: 5, GetClass: 1.5, Delete: 1}
 	if c != want {
 		t.Fatalf("classes = %+v, want %+v", c, want)

@@ -88,18 +88,14 @@ func (c *cluster) meta() storage.ClusterMeta {
 	return storage.ClusterMeta{Shards: c.shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}
 }
 
-// objects opens a store on the cluster's S3 prefix that reports every
-// request to observe (nil: none).
-func (c *cluster) objects(ctx context.Context, observe s3store.Observer) (*s3store.Store, error) {
-	cfg, err := c.config("bench-client")
+// objects opens a store on the cluster's S3 prefix; extra are config
+// overrides (key=value), e.g. another s3.endpoint.
+func (c *cluster) objects(ctx context.Context, extra ...string) (*s3store.Store, error) {
+	cfg, err := c.config("bench-client", extra...)
 	if err != nil {
 		return nil, err
 	}
-	var opts []s3store.Option
-	if observe != nil {
-		opts = append(opts, s3store.WithObserver(observe))
-	}
-	obj, err := runner.OpenObjectStore(ctx, cfg, opts...)
+	obj, err := runner.OpenObjectStore(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -107,10 +103,10 @@ func (c *cluster) objects(ctx context.Context, observe s3store.Observer) (*s3sto
 }
 
 // client returns a task client of the cluster, on an object store of its
-// own observed by observe (nil: none), whose submissions wake the owners
-// through etcd, as `tenure task submit` does.
-func (c *cluster) client(ctx context.Context, observe s3store.Observer) (*task.Client, error) {
-	obj, err := c.objects(ctx, observe)
+// own, whose submissions wake the owners through etcd, as `tenure task
+// submit` does; extra are config overrides of its S3 connection.
+func (c *cluster) client(ctx context.Context, extra ...string) (*task.Client, error) {
+	obj, err := c.objects(ctx, extra...)
 	if err != nil {
 		return nil, err
 	}

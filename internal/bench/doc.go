@@ -9,12 +9,14 @@
 //     shard it held is locked by the others (also as a ratio to the lease
 //     TTL).
 //   - handoff: the same with SIGTERM: a graceful stop hands the shards over.
-//   - detach: a runner cut off from etcd by a TCP proxy (blackhole); the
-//     time of its detachment relative to its cutoff, lease deadline minus
-//     detach margin (negative: before it).
+//   - detach: a runner cut off from etcd by a TCP proxy (blackhole) while
+//     a task handler runs; the margin it kept, measured from outside: the
+//     lease's expiry as the bench's own etcd client sees it minus the
+//     moment the handler saw its context cancelled (must be positive).
 //   - throughput: no-op tasks per second with one and three runners.
 //   - latency: submit → handler start, one task at a time, with wake-ups.
-//   - s3cost: S3 requests per completed task by operation, idle requests per
+//   - s3cost: S3 requests per completed task by operation, counted on the
+//     wire by counting proxies (internal/s3count), idle requests per
 //     minute, and a monthly request-cost estimate.
 //   - assign: compute time of sharding.Assign and Reassign.
 //

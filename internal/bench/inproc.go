@@ -27,9 +27,10 @@ type inproc struct {
 }
 
 // startRunner starts runner id in this process with the built-in types
-// and those register adds; it stops when the run ends, if not before.
-func (c *cluster) startRunner(id string, register func(*entity.Host) error) (*inproc, error) {
-	cfg, err := c.config(id)
+// and those register adds, and extra config overrides (key=value); it
+// stops when the run ends, if not before.
+func (c *cluster) startRunner(id string, register func(*entity.Host) error, extra ...string) (*inproc, error) {
+	cfg, err := c.config(id, extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/s3count"
 )
 
 // S3 cost scenario settings.
@@ -39,17 +39,6 @@ const (
 	EstimateDays        = 30
 )
 
-// opClass maps a storage/s3 operation to its price class.
-func opClass(op string) string {
-	switch op {
-	case "create", "replace", "put", "list", "check":
-		return "put_class" // PutObject and ListObjectsV2
-	case "delete":
-		return "delete"
-	}
-	return "get_class" // get, head, servertime (HeadBucket)
-}
-
 // Classes are request counts by price class.
 type Classes struct {
 	PutClass float64 `json:"put_class"` // PUT, COPY, POST, LIST
@@ -57,13 +46,15 @@ type Classes struct {
 	Delete   float64 `json:"delete"`
 }
 
+// classesOf sums requests by S3 operation (s3count.Op names) into price
+// classes.
 func classesOf(byOp map[string]float64) Classes {
 	var c Classes
 	for op, n := range byOp {
-		switch opClass(op) {
-		case "put_class":
+		switch s3count.Op(op).Class() {
+		case s3count.ClassPut:
 			c.PutClass += n
-		case "delete":
+		case s3count.ClassDelete:
 			c.Delete += n
 		default:
 			c.GetClass += n
@@ -81,10 +72,11 @@ func (c Classes) usdPer1000() float64 {
 type S3CostResult struct {
 	Runners int `json:"runners"`
 	Shards  int `json:"shards"`
-	// PerTask is the S3 requests per completed task by storage/s3
-	// operation (create, replace and put are PutObject; list and check
-	// ListObjectsV2; servertime HeadBucket), submitter and runners
-	// together, over every trial.
+	// PerTask is the S3 requests per completed task as counted on the
+	// wire by a counting proxy (internal/s3count), by operation (create,
+	// replace and put are PutObject; list ListObjectsV2; head_bucket
+	// HeadBucket), submitter and runners together, over every trial; SDK
+	// retries count.
 	PerTask        map[string]float64 `json:"per_task"`
 	PerTaskClient  map[string]float64 `json:"per_task_client"`
 	PerTaskRunners map[string]float64 `json:"per_task_runners"`
@@ -98,6 +90,15 @@ type S3CostResult struct {
 type S3CostTrial struct {
 	Tasks   int                `json:"tasks"`
 	PerTask map[string]float64 `json:"per_task"`
+	// Retries and Failed are the batch's requests the SDK marked as
+	// retries and those answered with a 5xx or not at all, on the wire.
+	Retries int `json:"retries"`
+	Failed  int `json:"failed"`
+	// Non2xx counts the answers other than 2xx by "operation status", e.g.
+	// "put 409": VersityGW's POSIX backend answers a pointer PUT racing
+	// with the removal of an emptied directory with 409, and the store
+	// sends it again (real S3 has no directories).
+	Non2xx map[string]int `json:"non_2xx,omitempty"`
 }
 
 // IdleFigures are the requests of the idle cluster, runners only.
@@ -152,27 +153,24 @@ func estimate(perTask, idlePerMinPerRunner Classes) CostEstimate {
 	}
 }
 
-// opCounter counts a store's requests by operation (an s3 Observer).
-type opCounter struct {
-	mu sync.Mutex
-	n  map[string]float64
+// wireOps are a proxy's request counts by operation since before.
+func wireOps(p *s3count.Proxy, before s3count.Counts) map[string]float64 {
+	out := map[string]float64{}
+	for op, n := range p.Counts().Sub(before).Requests {
+		out[string(op)] = float64(n)
+	}
+	return out
 }
 
-func (o *opCounter) observe(op string, _ error, _ time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.n[op]++
-}
-
-func (o *opCounter) snapshot() map[string]float64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return maps.Clone(o.n)
-}
-
-// runnerOps sums the runners' S3 requests by operation, every outcome.
-func runnerOps(rs []*inproc) (map[string]float64, error) {
-	return counters(registries(rs), "tenure_s3_requests_total", "op", nil)
+// countingProxy starts a counting proxy in front of the cluster's S3
+// endpoint, closed when the run ends.
+func (c *cluster) countingProxy() (*s3count.Proxy, error) {
+	p, err := s3count.New(c.infra.S3Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	c.env.onClose(func() { p.Close() })
+	return p, nil
 }
 
 // perTask returns (after − before) / tasks by operation, leaving out zeros.
@@ -192,11 +190,24 @@ func addOps(dst, src map[string]float64) {
 	}
 }
 
+// runS3Cost counts S3 requests on the wire: the runners reach S3 through
+// one counting proxy, the submitter through another, so every request a
+// bill would show is counted, SDK retries included, and split between the
+// two.
 func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	c, err := e.newCluster(ctx, ScenarioS3Cost, costShards)
 	if err != nil {
 		return nil, err
 	}
+	runnersWire, err := c.countingProxy()
+	if err != nil {
+		return nil, err
+	}
+	clientWire, err := c.countingProxy()
+	if err != nil {
+		return nil, err
+	}
+	c.overrides = append(c.overrides, "s3.endpoint="+runnersWire.URL())
 	echo := func(h *entity.Host) error {
 		return h.RegisterFunc(typeCost, func(_ context.Context, t *task.Task) (json.RawMessage, error) { return t.Input, nil })
 	}
@@ -209,11 +220,10 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := settleListings(ctx, rs, costShards); err != nil {
+	if err := settleListings(ctx, runnersWire, costShards); err != nil {
 		return nil, err
 	}
-	client := &opCounter{n: map[string]float64{}}
-	tc, err := c.client(ctx, client.observe)
+	tc, err := c.client(ctx, "s3.endpoint="+clientWire.URL())
 	if err != nil {
 		return nil, err
 	}
@@ -222,11 +232,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	totalClient, totalRunners := map[string]float64{}, map[string]float64{}
 	tasks := 0
 	for i := range e.trials {
-		cBefore := client.snapshot()
-		rBefore, err := runnerOps(rs)
-		if err != nil {
-			return nil, err
-		}
+		cBefore, rBefore := clientWire.Counts(), runnersWire.Counts()
 		done, err := completed(registries(rs), typeCost)
 		if err != nil {
 			return nil, err
@@ -243,25 +249,36 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 			return nil, err
 		}
 		// The ready pointer is deleted after the completing commit.
-		if err := waitOps(ctx, rs, "delete", rBefore["delete"]+float64(n), 10*time.Second); err != nil {
+		if err := waitOps(ctx, runnersWire, rBefore, s3count.OpDelete, n, 10*time.Second); err != nil {
 			return nil, err
 		}
-		rAfter, err := runnerOps(rs)
-		if err != nil {
-			return nil, err
+		cOps, rOps := wireOps(clientWire, cBefore), wireOps(runnersWire, rBefore)
+		all := perTask(nil, cOps, n)
+		addOps(all, perTask(nil, rOps, n))
+		both := clientWire.Counts().Sub(cBefore).Add(runnersWire.Counts().Sub(rBefore))
+		retries, failed := 0, 0
+		for _, v := range both.Retries {
+			retries += v
 		}
-		cAfter := client.snapshot()
-		all := perTask(cBefore, cAfter, n)
-		addOps(all, perTask(rBefore, rAfter, n))
-		res.Trials = append(res.Trials, S3CostTrial{Tasks: n, PerTask: all})
-		for op, v := range cAfter {
-			totalClient[op] += v - cBefore[op]
+		for _, v := range both.Failed {
+			failed += v
 		}
-		for op, v := range rAfter {
-			totalRunners[op] += v - rBefore[op]
+		var non2xx map[string]int
+		for op, byStatus := range both.Status {
+			for status, v := range byStatus {
+				if status < 200 || status > 299 {
+					if non2xx == nil {
+						non2xx = map[string]int{}
+					}
+					non2xx[fmt.Sprintf("%s %d", op, status)] += v
+				}
+			}
 		}
+		res.Trials = append(res.Trials, S3CostTrial{Tasks: n, PerTask: all, Retries: retries, Failed: failed, Non2xx: non2xx})
+		addOps(totalClient, cOps)
+		addOps(totalRunners, rOps)
 		tasks += n
-		e.logf("s3cost: trial %d/%d: %d tasks: per task %s", i+1, e.trials, n, describeOps(all))
+		e.logf("s3cost: trial %d/%d: %d tasks: per task on the wire %s (retries %d, failed %d, other than 2xx %v)", i+1, e.trials, n, describeOps(all), retries, failed, non2xx)
 	}
 	res.PerTaskClient = perTask(nil, totalClient, tasks)
 	res.PerTaskRunners = perTask(nil, totalRunners, tasks)
@@ -272,7 +289,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 
 	window := pick(e.o, time.Minute, 5*time.Second)
 	e.logf("s3cost: measuring the idle cluster's requests for %s", window)
-	idle, err := idleRequests(ctx, rs, window)
+	idle, err := idleRequests(ctx, rs, runnersWire, window)
 	if err != nil {
 		return nil, err
 	}
@@ -292,23 +309,20 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 }
 
 // settleListings waits for the listing each runner makes of each shard it
-// acquires: at least one per shard, then none for a second.
-func settleListings(ctx context.Context, rs []*inproc, shards int) error {
+// acquires, as the runners' proxy counts them: at least one per shard,
+// then none for a second.
+func settleListings(ctx context.Context, wire *s3count.Proxy, shards int) error {
 	deadline := time.Now().Add(settleWithin)
-	last, since := -1.0, time.Now()
+	last, since := -1, time.Now()
 	for {
-		ops, err := runnerOps(rs)
-		if err != nil {
-			return err
-		}
-		if n := ops["list"]; n != last {
+		if n := wire.Counts().Requests[s3count.OpList]; n != last {
 			last, since = n, time.Now()
 		}
-		if last >= float64(shards) && time.Since(since) >= time.Second {
+		if last >= shards && time.Since(since) >= time.Second {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: the runners' start-up listings did not settle within %s (%.0f listings)", settleWithin, last)
+			return fmt.Errorf("bench: the runners' start-up listings did not settle within %s (%d listings)", settleWithin, last)
 		}
 		select {
 		case <-ctx.Done():
@@ -318,19 +332,16 @@ func settleListings(ctx context.Context, rs []*inproc, shards int) error {
 	}
 }
 
-// waitOps waits until the runners have made want requests of op.
-func waitOps(ctx context.Context, rs []*inproc, op string, want float64, within time.Duration) error {
+// waitOps waits until the proxy has seen want requests of op since before.
+func waitOps(ctx context.Context, wire *s3count.Proxy, before s3count.Counts, op s3count.Op, want int, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		ops, err := runnerOps(rs)
-		if err != nil {
-			return err
-		}
-		if ops[op] >= want {
+		n := wire.Counts().Sub(before).Requests[op]
+		if n >= want {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: %.0f of %.0f %s requests after %s", ops[op], want, op, within)
+			return fmt.Errorf("bench: %d of %d %s requests after %s", n, want, op, within)
 		}
 		select {
 		case <-ctx.Done():
@@ -340,12 +351,9 @@ func waitOps(ctx context.Context, rs []*inproc, op string, want float64, within 
 	}
 }
 
-// idleRequests counts the runners' requests over window.
-func idleRequests(ctx context.Context, rs []*inproc, window time.Duration) (map[string]float64, error) {
-	before, err := runnerOps(rs)
-	if err != nil {
-		return nil, err
-	}
+// idleRequests counts the runners' requests on the wire over window.
+func idleRequests(ctx context.Context, rs []*inproc, wire *s3count.Proxy, window time.Duration) (map[string]float64, error) {
+	before := wire.Counts()
 	select {
 	case <-time.After(window): // the measurement window itself
 	case <-ctx.Done():
@@ -356,17 +364,7 @@ func idleRequests(ctx context.Context, rs []*inproc, window time.Duration) (map[
 			return nil, err
 		}
 	}
-	after, err := runnerOps(rs)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for op, n := range after {
-		if d := n - before[op]; d > 0 {
-			out[op] = d
-		}
-	}
-	return out, nil
+	return wireOps(wire, before), nil
 }
 
 // describeOps renders per-operation figures, sorted.

@@ -48,6 +48,14 @@ func maxOf(xs []float64) float64 {
 	return slices.Max(xs)
 }
 
+// minOf returns the smallest of xs; 0 for none.
+func minOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return slices.Min(xs)
+}
+
 // mean returns the mean of xs; 0 for none.
 func mean(xs []float64) float64 {
 	if len(xs) == 0 {

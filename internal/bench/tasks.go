@@ -80,7 +80,7 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult) (
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx, nil)
+	tc, err := c.client(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +240,7 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx, nil)
+	tc, err := c.client(ctx)
 	if err != nil {
 		return nil, err
 	}
