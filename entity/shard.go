@@ -158,13 +158,15 @@ func (e *shardExec) reportOverruns(why string) {
 		list = append(list, overrun{t.Ref(), t.Type, time.Since(a.started)})
 	}
 	e.mu.Unlock()
-	e.h.metrics.stuck.Add(float64(len(list)))
+	// Named before counted: whoever sees the count (an alert) finds the
+	// names in the log.
 	for _, o := range list {
 		e.h.log.Warn("handler still running after the interrupt wait; it ignores its context",
 			"shard", e.own.Shard.String(), "epoch", e.own.Epoch, "interrupted_by", why,
 			"task", o.ref, "type", o.typ, "running_for", o.running.Round(time.Millisecond),
 			"waited", e.h.cfg.InterruptTimeout)
 	}
+	e.h.metrics.stuck.Add(float64(len(list)))
 }
 
 // run is the shard's loop.
