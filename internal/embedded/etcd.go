@@ -170,11 +170,13 @@ func startEtcdCluster(dir string, n int, logger *zap.Logger) ([]*Etcd, error) {
 	cfgs := make([]*embed.Config, n)
 	var initial []string
 	for i := range cfgs {
-		ca, err := FreeAddr()
+		// Members are restarted on their addresses: keep them out of the
+		// ephemeral range (see FreeStableAddr).
+		ca, err := FreeStableAddr()
 		if err != nil {
 			return nil, err
 		}
-		pa, err := FreeAddr()
+		pa, err := FreeStableAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -234,14 +236,26 @@ func (e *Etcd) Restart() error {
 	if !e.closed {
 		return fmt.Errorf("embedded: etcd at %s: restart of a running member", e.endpoint)
 	}
-	cfg := *e.cfg
-	next, err := launchNoWait(&cfg)
-	if err != nil {
-		return err
+	// The stopped member's sockets may still hold its ports for a moment:
+	// a bind failure is retried, for a bounded time.
+	deadline := time.Now().Add(restartBindWait)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		cfg := *e.cfg
+		next, err := launchNoWait(&cfg)
+		if err == nil {
+			e.e, e.closed = next, false
+			return nil
+		}
+		if !addrInUse(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
 	}
-	e.e, e.closed = next, false
-	return nil
 }
+
+// restartBindWait bounds how long Restart retries binding a member's
+// ports.
+const restartBindWait = 10 * time.Second
 
 // launchNoWait starts a member without waiting for it to serve: a member
 // of a cluster without quorum is not ready until the others come back.
