@@ -24,6 +24,7 @@ type flakyObjects struct {
 	marker   string
 	replaces int // Replace calls still to fail
 	gets     int // Get calls still to fail
+	puts     int // Put calls (ready pointers) still to fail
 	failed   int // calls failed so far
 }
 
@@ -49,6 +50,13 @@ func (f *flakyObjects) Replace(ctx context.Context, key string, body []byte, ifM
 		return "", err
 	}
 	return f.ObjectStore.Replace(ctx, key, body, ifMatch)
+}
+
+func (f *flakyObjects) Put(ctx context.Context, key string, body []byte) (string, error) {
+	if err := f.fail(&f.puts, key); err != nil {
+		return "", err
+	}
+	return f.ObjectStore.Put(ctx, key, body)
 }
 
 func (f *flakyObjects) Get(ctx context.Context, key string) (storage.Object, error) {
@@ -107,6 +115,110 @@ func TestCommitSurvivesAnOutage(t *testing.T) {
 		}
 		for _, p := range ptrs {
 			if p.ID == tk.ID {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestRetriedTaskKeepsAPointer: a failed attempt is retried under a new
+// ready pointer, and writing that pointer fails for a while. The task must
+// never be left without a pointer: it runs again and completes. (The short
+// soak in make test once lost a task so: the retry was committed first and
+// its pointer write failed; the old pointer, then stale, was dropped by
+// the next look at it, and nothing named the task any more.)
+func TestRetriedTaskKeepsAPointer(t *testing.T) {
+	e := newEnv(t, 2)
+	flaky := &flakyObjects{}
+	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
+		flaky.ObjectStore = s
+		return flaky
+	}
+	var runs atomic.Int32
+	e.start("solo", func(n *node, h *Host) {
+		if err := h.RegisterFunc("stumble", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			if runs.Add(1) == 1 {
+				flaky.mu.Lock()
+				flaky.marker, flaky.puts = tk.ID, 2 // the retry's pointer: two writes fail
+				flaky.mu.Unlock()
+				return nil, fmt.Errorf("the first attempt fails")
+			}
+			return json.RawMessage(`"done"`), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitOwned(10 * time.Second)
+
+	tk := e.submit(task.SubmitRequest{Type: "stumble", MaxAttempts: 3})
+	got := e.final(tk.Ref(), 20*time.Second)
+	if got.Status != task.Completed || got.Attempt != 2 || runs.Load() != 2 {
+		t.Fatalf("task %s after %d attempts and %d runs, want completed after 2", got.Status, got.Attempt, runs.Load())
+	}
+	flaky.mu.Lock()
+	failed := flaky.failed
+	flaky.mu.Unlock()
+	if failed != 2 {
+		t.Fatalf("%d pointer writes failed, want the 2 injected", failed)
+	}
+	e.waitNoPointer(got)
+}
+
+// TestStalePointerRestoresTheCurrentOne: a task was moved to a new due time
+// and its new pointer never written (what a runner before this version left
+// behind when its pointer write failed). The owner that reads the old,
+// stale pointer writes the current one before deleting the stale one, and
+// runs the task at its due time.
+func TestStalePointerRestoresTheCurrentOne(t *testing.T) {
+	e := newEnv(t, 2)
+	var runs atomic.Int32
+	e.start("solo", func(n *node, h *Host) {
+		if err := h.RegisterFunc("moved", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			runs.Add(1)
+			return json.RawMessage(`"done"`), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitOwned(10 * time.Second)
+
+	tk := e.submit(task.SubmitRequest{Type: "moved", Delay: 2 * time.Second})
+	ctx := ctxFor(t, 10*time.Second)
+	cur, etag, err := e.tasks.Load(ctx, tk.Shard, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := cur.PointerKey()
+	cur.AvailableAt = cur.AvailableAt.Add(time.Second) // its pointer is not written
+	if _, err := e.tasks.Write(ctx, cur, etag); err != nil {
+		t.Fatal(err)
+	}
+	if cur.PointerKey() == stale {
+		t.Fatal("the task's pointer key did not change")
+	}
+	got := e.final(tk.Ref(), 15*time.Second)
+	if got.Status != task.Completed || runs.Load() != 1 {
+		t.Fatalf("task %s after %d runs, want completed after 1", got.Status, runs.Load())
+	}
+	for _, tr := range got.History {
+		if tr.Event == task.EventClaimed && tr.At.Before(cur.AvailableAt) {
+			t.Fatalf("claimed at %s, before its due time %s", tr.At, cur.AvailableAt)
+		}
+	}
+	e.waitNoPointer(got)
+}
+
+// waitNoPointer waits until t, finished, has no ready pointer left.
+func (e *env) waitNoPointer(t *task.Task) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, "the finished task's pointers to go", 10*time.Second, func() bool {
+		ptrs, _, err := e.tasks.ListPointers(ctxFor(e.t, 5*time.Second), t.Shard, "", 1000)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, p := range ptrs {
+			if p.ID == t.ID {
 				return false
 			}
 		}

@@ -124,10 +124,21 @@ func (e *shardExec) process(it *item, box *mailbox) {
 		delete(e.orphans, id)
 		delete(e.rewoken, id)
 		e.mu.Unlock()
-		if t.PointerKey() != it.ptr.Key || t.Status.IsTerminal() {
-			// The task moved on (finished, retried under a new pointer,
-			// replayed): this pointer is stale.
-			e.dropPointer(ctx, it)
+		if t.Status.IsTerminal() {
+			e.dropPointer(ctx, it) // finished: its pointer is stale
+			return
+		}
+		if t.PointerKey() != it.ptr.Key {
+			// The task moved on (retried under a new pointer, replayed):
+			// this pointer is stale. Its current one is written again
+			// before this one goes, so that a task is never left without
+			// a pointer, whatever wrote it and however that writer failed
+			// (a runner before this version wrote the task first).
+			if err := e.h.tasks.PutPointer(ctx, t); err != nil {
+				e.retryLater(it, err)
+				return
+			}
+			e.follow(ctx, it, t, true)
 			return
 		}
 		// What this claim may promise: read now, bound to the attempt in
@@ -464,6 +475,18 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, app
 			e.forget(it.ptr.ID)
 			return
 		}
+		if !t.Status.IsTerminal() && t.PointerKey() != it.ptr.Key {
+			// A retry moves the task to a new pointer: write it first, so
+			// that the task is never without the pointer that names it
+			// (if the commit then fails, the new pointer is stale, and
+			// whoever reads it drops it).
+			if err := e.h.tasks.PutPointer(ctx, t); err != nil {
+				lastErr = err
+				e.h.log.Warn("writing a retried task's pointer failed; retrying", "task", t.Ref(), "err", err)
+				e.pause(ctx, &pause)
+				continue
+			}
+		}
 		_, err = e.h.tasks.Write(ctx, t, etag)
 		if err == nil {
 			if outcome == "" {
@@ -515,32 +538,39 @@ func sameClaim(a, b *task.Claim) bool {
 }
 
 // afterCommit keeps the ready pointer in step: gone for a finished task, at
-// the new due time for a retry (written before the old one is deleted, so
-// the task is never without one), unchanged for a requeue.
+// the new due time for a retry (written by commitOutcome before the task,
+// so the old one can go), unchanged for a requeue.
 func (e *shardExec) afterCommit(ctx context.Context, it *item, t *task.Task) {
 	old := it.ptr.Key
 	switch {
 	case t.Status.IsTerminal():
 		e.dropPointer(ctx, it)
 	case t.PointerKey() != old:
-		if err := e.h.tasks.PutPointer(ctx, t); err != nil {
-			e.h.log.Warn("writing a retried task's pointer failed; the old one stays", "task", t.Ref(), "err", err)
-			e.forget(it.ptr.ID)
-			return
-		}
-		if err := e.h.tasks.DeletePointer(ctx, old); err != nil {
-			e.h.log.Debug("deleting a retried task's old pointer failed; reconciliation will", "key", old, "err", err)
-		}
-		p, err := task.ParsePointer(t.PointerKey())
-		if err != nil {
-			e.forget(it.ptr.ID)
-			return
-		}
-		it.ptr = p
-		e.requeue(it, p.Due)
+		e.follow(ctx, it, t, false)
 	default:
 		e.forget(it.ptr.ID) // requeued in place: the next owner lists it
 	}
+}
+
+// follow moves it from a pointer that no longer names t to t's current
+// one, which exists: the old one is deleted (best effort: whoever reads it
+// later deletes it again) and the item waits in the heap for the new due
+// time, keeping its place in its entity's mailbox. stale says the old
+// pointer was found stale (counted), not moved by this runner's commit.
+func (e *shardExec) follow(ctx context.Context, it *item, t *task.Task, stale bool) {
+	old := it.ptr.Key
+	if err := e.h.tasks.DeletePointer(ctx, old); err != nil {
+		e.h.log.Debug("deleting an old ready pointer failed; reconciliation will", "key", old, "err", err)
+	} else if stale {
+		e.h.metrics.stalePointers.Inc()
+	}
+	p, err := task.ParsePointer(t.PointerKey())
+	if err != nil {
+		e.forget(it.ptr.ID)
+		return
+	}
+	it.ptr = p
+	e.requeue(it, p.Due)
 }
 
 // renew extends the running task's claim every TaskLease/3 and re-reads it

@@ -55,7 +55,10 @@
 // the pointer is how a shard's new owner finds the tasks an old owner left
 // running. A retry moves the pointer (write the new one, commit the task,
 // delete the old one); a requeue keeps it; reaching a terminal status
-// deletes it.
+// deletes it. An owner that finds a stale pointer (one its task no longer
+// names) writes the task's current pointer again before deleting the stale
+// one, so a writer that failed between the steps, or wrote them in the
+// other order, cannot leave a task without a pointer.
 //
 // # Submit
 //
