@@ -197,10 +197,20 @@ func (p *faultPlan) free(slot string) {
 	p.mu.Unlock()
 }
 
-// run injects faults until end, then waits for every one to heal.
+// run injects faults until end, then waits for every one to heal. If by
+// end some kind has not come up yet (a slow machine: restarts take longer
+// and hold their slots), it goes on until every kind has, for at most as
+// long again, so that a short soak still tries every kind.
 func (p *faultPlan) run(end time.Time) {
 	var round []fault
 	n := 0
+	last := end.Add(time.Until(end)) // the latest end, for kinds not yet injected
+	deadline := func() time.Time {
+		if len(p.missing()) == 0 {
+			return end
+		}
+		return last
+	}
 	for {
 		if len(round) == 0 {
 			round = append([]fault(nil), p.kinds...)
@@ -209,7 +219,7 @@ func (p *faultPlan) run(end time.Time) {
 		f := round[0]
 		// Wait for the next start, then for a slot for f.
 		gap := p.interval/2 + time.Duration(p.rnd.Int64N(int64(p.interval)+1))
-		if time.Now().Add(gap).After(end) {
+		if time.Now().Add(gap).After(deadline()) {
 			break
 		}
 		time.Sleep(gap) // the fault rate, not synchronisation
@@ -225,9 +235,9 @@ func (p *faultPlan) run(end time.Time) {
 			}
 			select {
 			case <-freed:
-			case <-time.After(time.Until(end)):
+			case <-time.After(time.Until(deadline())):
 			}
-			if !time.Now().Before(end) {
+			if !time.Now().Before(deadline()) {
 				break
 			}
 		}

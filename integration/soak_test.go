@@ -123,7 +123,8 @@ func soakConfigFromEnv(t testing.TB) soakConfig {
 // soak duration, then audits the run from outside: every submit accounted
 // for by id (ambiguous ones resolved), every accepted task read back with
 // its history, the recorder's executions against etcd's lock timeline.
-func soak(t *testing.T, cfg soakConfig) {
+func soak(tt *testing.T, cfg soakConfig) {
+	t := noteFailures(tt) // first: its restatement of the failures is the last output
 	rec := newRecorder(t)
 	c := newLocalCluster(t, 32)
 	var ids []string
