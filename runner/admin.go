@@ -31,6 +31,7 @@ type Status struct {
 	OwnedShards      []string `json:"owned_shards"`
 	Assigned         int      `json:"assigned"`
 	Pending          int      `json:"pending"`
+	Procedure        string   `json:"procedure"` // the cluster's shard assignment procedure
 	ConfigVersion    int64    `json:"config_version"`
 	ConfigCanary     bool     `json:"config_canary"`
 	ConfigError      string   `json:"config_error"`
@@ -66,6 +67,7 @@ func (r *Runner) Status() Status {
 		return st
 	}
 	ms := mgr.Status()
+	st.Procedure = mgr.Procedure().Name()
 	st.Attached = ms.Attached
 	st.Mode = string(ms.Detachment.Mode)
 	if !ms.Attached {

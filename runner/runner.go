@@ -145,6 +145,24 @@ func (r *Runner) AdminAddr() string {
 	return r.ln.Addr().String()
 }
 
+// clusterProcedure returns the name of the assignment procedure to check
+// the cluster meta with: the cluster's own when this version knows it (a
+// cluster created by an earlier version keeps its procedure while it is
+// upgraded; the sharding manager adopts it the same way), else the
+// current one, which EnsureMeta then compares and reports. A failed read
+// is left to EnsureMeta to report.
+func (r *Runner) clusterProcedure(ctx context.Context) string {
+	stored, err := r.rs.Meta(ctx)
+	if err != nil {
+		return sharding.HashName
+	}
+	p, err := sharding.ProcedureNamed(stored.Hash)
+	if err != nil {
+		return sharding.HashName
+	}
+	return p.Name()
+}
+
 // Run connects, registers and runs the runner until ctx ends, then stops it
 // gracefully: it drains (the others take its shards, each handed over after
 // its in-flight tasks are requeued), revokes its lease and returns nil. A
@@ -156,8 +174,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.closeStores()
-	meta := storage.ClusterMeta{Shards: r.cfg.Shards, Groups: sortedGroups(r.cfg.ShardGroups), Hash: sharding.HashName}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Etcd.RequestTimeout.Std())
+	meta := storage.ClusterMeta{Shards: r.cfg.Shards, Groups: sortedGroups(r.cfg.ShardGroups), Hash: r.clusterProcedure(cctx)}
 	_, err := r.rs.EnsureMeta(cctx, meta)
 	cancel()
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
 
@@ -316,5 +318,38 @@ func TestS3RegionFollowsAWSChain(t *testing.T) {
 	}
 	if r := obj.Region(); r != "us-east-1" {
 		t.Errorf("no region anywhere: region %q, want us-east-1", r)
+	}
+}
+
+// TestRunJoinsV1Cluster: a cluster created with the first assignment
+// procedure keeps it. A runner of this version starts in it, uses v1 (so it
+// computes the owners the older runners compute) and says so in
+// /debug/status. (Before, Run checked the meta against v2 before the
+// sharding manager could adopt v1, and refused to start.)
+func TestRunJoinsV1Cluster(t *testing.T) {
+	c := newTestCluster(t)
+	cfg, _ := c.config("upgraded")
+	store, err := etcd.New(c.srv.Client(t), etcd.WithPrefix(EtcdPrefix(c.cluster)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v1 := sharding.ProcedureV1.Name()
+	if _, err := store.EnsureMeta(ctx, storage.ClusterMeta{Shards: cfg.Shards, Groups: sortedGroups(cfg.ShardGroups), Hash: v1}); err != nil {
+		t.Fatal(err)
+	}
+	x := c.start("upgraded")
+	testenv.WaitFor(t, "every shard owned", 10*time.Second, func() bool {
+		select {
+		case err := <-x.done:
+			t.Fatalf("Run ended: %v", err)
+		default:
+		}
+		return x.status(t).Owned == cfg.Shards
+	})
+	if st := x.status(t); st.Procedure != v1 {
+		t.Fatalf("procedure %q, want the cluster's %q", st.Procedure, v1)
 	}
 }
