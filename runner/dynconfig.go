@@ -113,8 +113,10 @@ func (d DynamicDoc) For(runnerID string) (map[string]string, bool) {
 }
 
 // Apply returns the detachment config c gets from the document: c's own
-// settings overlaid with the ones that apply to its runner, validated
-// against its lease TTL.
+// settings overlaid with the ones that apply to its runner, validated as a
+// start-up config is, against the runner's lease settings (a margin that
+// leaves the keep-alive no time to renew before the cutoff is refused at
+// run time as it is at start-up).
 func (d DynamicDoc) Apply(c Config) (detachment.Config, bool, error) {
 	layer, canary := d.For(c.RunnerID)
 	for _, k := range slices.Sorted(maps.Keys(layer)) {
@@ -123,7 +125,7 @@ func (d DynamicDoc) Apply(c Config) (detachment.Config, bool, error) {
 		}
 	}
 	det := c.Detachment.Machine()
-	if err := det.Validate(c.Lease.TTL.Std()); err != nil {
+	if err := c.ShardingConfig().Validate(); err != nil {
 		return detachment.Config{}, canary, fmt.Errorf("%w: dynamic config version %d for runner %s: %w", ErrInvalidConfig, d.Version, c.RunnerID, renameFields(err))
 	}
 	return det, canary, nil

@@ -100,4 +100,17 @@ func TestDynamicDocRejects(t *testing.T) {
 	if _, _, err := doc.Apply(c); err == nil || !strings.Contains(err.Error(), "detachment.margin") {
 		t.Fatalf("margin 30s against a 10s TTL: %v", err)
 	}
+	// Below the TTL, but leaving the keep-alive no time to renew before
+	// the cutoff (interval + timeout = TTL − margin): refused at run time
+	// as at start-up.
+	c.Detachment.Margin = Duration(c.Lease.TTL.Std() - c.Lease.KeepAliveInterval.Std() - c.Lease.KeepAliveTimeout.Std())
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "lease.keepalive_interval") {
+		t.Fatalf("start-up validation of margin %s: %v", c.Detachment.Margin.Std(), err)
+	}
+	tight := DynamicDoc{Version: 4, Base: map[string]string{"detachment.margin": c.Detachment.Margin.Std().String()}}
+	c = DefaultConfig()
+	c.Etcd.Endpoints, c.S3.Bucket = []string{"x"}, "b"
+	if _, _, err := tight.Apply(c); err == nil || !strings.Contains(err.Error(), "lease.keepalive_interval") {
+		t.Fatalf("dynamic margin %s: %v, want it refused as at start-up", tight.Base["detachment.margin"], err)
+	}
 }
