@@ -16,7 +16,7 @@ const DefaultGroup = "default"
 type ClusterMeta struct {
 	Shards    int       `json:"shards"`     // shards per group
 	Groups    []string  `json:"groups"`     // shard groups, sorted
-	Hash      string    `json:"hash"`       // assignment hash name, e.g. "xxhash64-rendezvous"
+	Hash      string    `json:"hash"`       // assignment procedure, e.g. "xxhash64-rendezvous-sticky/v2"
 	CreatedAt time.Time `json:"created_at"` // when the record was first written
 }
 

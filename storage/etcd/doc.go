@@ -6,6 +6,7 @@
 //	runners/<runner-id>    {id, addr, weight, groups, version, started_at}, on the runner lease
 //	shards/<group>/<shard> {runner_id, acquired_at}, on the runner lease
 //	config                 the dynamic config document
+//	wake/<group>/<shard>   a wake-up note (the ready pointer a submitter just wrote), watched by the shard's owner; no lease
 //
 // A lock's identity is the lease it is bound to, not an address: acquire is
 // txn(CreateRevision(k)==0) then Put(k, v, WithLease(l)); verify and release
