@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
 )
 
 // auditExec is one execution of a task as the external recorder saw it: the
@@ -105,17 +109,29 @@ type lockLog struct {
 }
 
 type lockChange struct {
-	at     time.Time
-	holder string // "" when released
+	at     time.Time // arrival at the test's watch
+	holder string    // "" when released
 	epoch  int64
+	rev    int64 // etcd revision of the change
+	resync bool  // learnt by a listing after the watch broke, not as it happened
 }
 
+// watchLocks follows shards/ with a store of its own, directly on an etcd
+// member (no runner proxy). Its watch re-lists after a break (the loss of
+// etcd's leader breaks it) with a short back-off, so that it catches up as
+// soon as etcd answers again.
 func watchLocks(ctx context.Context, c *cluster) *lockLog {
 	l := &lockLog{events: map[storage.ShardID][]lockChange{}}
-	ch := c.store.WatchShardLocks(ctx)
+	store, err := etcd.New(c.cli, etcd.WithPrefix(runner.EtcdPrefix("dev")), etcd.WithRetryBackoff(20*time.Millisecond),
+		etcd.WithRequestTimeout(500*time.Millisecond))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { store.Close() })
+	ch := store.WatchShardLocks(ctx)
 	go func() {
 		for ev := range ch {
-			ch := lockChange{at: time.Now()}
+			ch := lockChange{at: time.Now(), rev: ev.Revision, resync: ev.Resync}
 			if ev.Kind == storage.EventPut {
 				ch.holder, ch.epoch = ev.Lock.RunnerID, ev.Lock.Epoch
 			}
@@ -127,23 +143,59 @@ func watchLocks(ctx context.Context, c *cluster) *lockLog {
 	return l
 }
 
-// heldThroughout reports whether runner held shard's lock under epoch from
-// before start until at least end (the watch sees changes a little late, so
-// this errs towards "held").
+// heldThroughout reports whether runner held shard's lock under epoch for
+// the whole of [start, end].
+//
+// That the tenure had begun by start is proven by the execution itself: the
+// epoch is the lock's create revision, which the runner learnt from etcd
+// when it acquired the lock, before it claimed the task; so the tenure need
+// only appear in the log, whenever the watch delivered it (a watch cut off
+// by the loss of etcd's leader delivers it late, after the runner has
+// started work: the arrival time says nothing then). That nothing ended the
+// tenure before end is read from arrival times: the first later change of
+// the shard's lock (a release, another holder or epoch) must arrive after
+// end. Arrivals trail the changes, so this errs towards "held".
 func (l *lockLog) heldThroughout(shard storage.ShardID, runner string, epoch int64, start, end time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var cur lockChange
-	for _, ch := range l.events[shard] {
-		if ch.at.After(start) {
-			if ch.at.Before(end) {
-				return false // the lock changed during the execution
-			}
-			break
-		}
-		cur = ch
+	evs := l.events[shard]
+	same := func(ch lockChange) bool { return ch.holder == runner && ch.epoch == epoch }
+	i := slices.IndexFunc(evs, same)
+	if i < 0 {
+		return false
 	}
-	return cur.holder == runner && cur.epoch == epoch
+	for _, ch := range evs[i+1:] {
+		if same(ch) {
+			continue // the same tenure, listed again
+		}
+		return !ch.at.Before(end)
+	}
+	return true
+}
+
+// around describes shard's lock changes that arrived within d of [start,
+// end], for a report.
+func (l *lockLog) around(shard storage.ShardID, start, end time.Time, d time.Duration) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for _, ch := range l.events[shard] {
+		if ch.at.Before(start.Add(-d)) || ch.at.After(end.Add(d)) {
+			continue
+		}
+		who := "released"
+		if ch.holder != "" {
+			who = fmt.Sprintf("%s@%d", ch.holder, ch.epoch)
+		}
+		if ch.resync {
+			who += " (re-listed)"
+		}
+		parts = append(parts, fmt.Sprintf("%s rev %d %s", ch.at.Format("15:04:05.000"), ch.rev, who))
+	}
+	if len(parts) == 0 {
+		return "no change within " + d.String()
+	}
+	return strings.Join(parts, "; ")
 }
 
 // auditReport is what the audit found.
@@ -237,7 +289,9 @@ func audit(t testing.TB, client *task.Client, execs []auditExec, locks *lockLog,
 			rep.cancelled++
 		}
 		if locks != nil && !locks.heldThroughout(x.shard, x.runner, x.epoch, x.start, x.end) {
-			rep.outsideLock = append(rep.outsideLock, fmt.Sprintf("task %s on %s (epoch %d) [%s, %s]", x.taskID, x.runner, x.epoch, x.start.Format("05.000"), x.end.Format("05.000")))
+			rep.outsideLock = append(rep.outsideLock, fmt.Sprintf("task %s on %s (epoch %d) in %s [%s, %s]; lock changes: %s",
+				x.taskID, x.runner, x.epoch, x.shard, x.start.Format("15:04:05.000"), x.end.Format("15:04:05.000"),
+				locks.around(x.shard, x.start, x.end, 3*time.Second)))
 		}
 	}
 	overlap := func(key string, group map[string][]auditExec) {
