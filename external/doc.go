@@ -17,6 +17,6 @@
 // platforms have no process groups to signal: on Windows the command runs
 // through cmd.exe and an interruption kills the command's own process at
 // once (Windows has no SIGTERM to ask first); processes it started are not
-// killed, and the handler stops waiting for their output after the grace.
-// See exec_unix.go, exec_windows.go and exec_other.go.
+// killed, and the handler stops waiting for their output ExecKillGrace plus
+// a second after the command exits.
 package external
