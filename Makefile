@@ -26,9 +26,13 @@ build:
 test: lint
 	$(GO) test $(TEST_FLAGS) ./...
 
-## lint: go vet and gofmt (any unformatted file fails)
+## lint: go vet, gofmt (any unformatted file fails), and every package
+## built for Windows and macOS: platform-specific code (process groups,
+## signals) must sit behind build tags, or embedding services there fail
 lint:
 	$(GO) vet ./...
+	GOOS=windows $(GO) build ./...
+	GOOS=darwin $(GO) build ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
 

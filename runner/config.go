@@ -47,7 +47,8 @@ type Config struct {
 	AdvertiseAddr string `yaml:"advertise_addr"`
 	// Handlers are the task handlers of a standalone runner, TYPE=SPEC
 	// (http:URL or exec:COMMAND); the built-in echo and sleep are always
-	// there.
+	// there. New does not register them: `tenure run` does, with package
+	// external, which an embedding service may use too.
 	Handlers []string `yaml:"handlers"`
 	// DrainTimeout bounds the graceful stop's handoff. Default 30s.
 	DrainTimeout Duration `yaml:"drain_timeout"`
@@ -412,13 +413,4 @@ func renameFields(err error) error {
 		msg = strings.ReplaceAll(msg, r[0], r[1])
 	}
 	return errors.New(msg)
-}
-
-// ParseHandler splits a TYPE=SPEC handler flag.
-func ParseHandler(s string) (typ, spec string, err error) {
-	typ, spec, ok := strings.Cut(s, "=")
-	if !ok || typ == "" || spec == "" {
-		return "", "", fmt.Errorf("%w: handler %q: want TYPE=SPEC (http:URL or exec:COMMAND)", ErrInvalidConfig, s)
-	}
-	return typ, spec, nil
 }

@@ -27,6 +27,8 @@ var DynamicKeys = []string{
 // DynamicDoc is the dynamic config document. Base applies to every runner;
 // while a change rolls out, Canary (a complete overlay: Base plus the
 // change) applies to the runners whose RolloutBucket is below Rollout.
+// Runners read it (ParseDynamicDoc, Apply); writing a change is the CLI's
+// business (`tenure config set`, in cmd/tenure).
 type DynamicDoc struct {
 	Version   int64             `json:"version"`          // +1 on every write; exported as a metric label
 	Base      map[string]string `json:"base,omitempty"`   // key → value for every runner
@@ -77,30 +79,6 @@ func (d DynamicDoc) Check() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Change returns the document after setting kv (key → value) for rollout
-// percent of the runners: 100 makes the change (and any canary in progress)
-// everyone's base; less puts it in the canary on top of the base and the
-// canary in progress.
-func (d DynamicDoc) Change(kv map[string]string, rollout int, by string, now time.Time) DynamicDoc {
-	next := DynamicDoc{Version: d.Version + 1, Rollout: rollout, UpdatedAt: now.UTC(), UpdatedBy: by}
-	if rollout >= 100 {
-		next.Rollout = 100
-		next.Base = merge(d.Base, d.Canary, kv)
-		return next
-	}
-	next.Base = maps.Clone(d.Base)
-	next.Canary = merge(d.Base, d.Canary, kv)
-	return next
-}
-
-func merge(layers ...map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, l := range layers {
-		maps.Copy(out, l)
-	}
-	return out
 }
 
 // For returns the settings that apply to runnerID and whether it is on the

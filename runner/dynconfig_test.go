@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/tenurehq/tenure/detachment"
 )
 
 func TestRolloutBucketSpread(t *testing.T) {
@@ -22,55 +19,6 @@ func TestRolloutBucketSpread(t *testing.T) {
 	}
 	if RolloutBucket("runner-a") != RolloutBucket("runner-a") {
 		t.Fatal("not deterministic")
-	}
-}
-
-func TestDynamicDocRollout(t *testing.T) {
-	now := time.Unix(0, 0)
-	var d DynamicDoc
-	d = d.Change(map[string]string{"detachment.mode": "observe"}, 50, "ops", now)
-	if d.Version != 1 || d.Rollout != 50 || d.Canary["detachment.mode"] != "observe" || len(d.Base) != 0 {
-		t.Fatalf("canary change: %+v", d)
-	}
-	if err := d.Check(); err != nil {
-		t.Fatal(err)
-	}
-	base := DefaultConfig()
-	base.Etcd.Endpoints, base.S3.Bucket = []string{"x"}, "b"
-	on, off := 0, 0
-	for i := 0; i < 200; i++ {
-		c := base
-		c.RunnerID = fmt.Sprintf("r%d", i)
-		det, canary, err := d.Apply(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if canary != (RolloutBucket(c.RunnerID) < 50) {
-			t.Fatalf("%s: canary %v, bucket %d", c.RunnerID, canary, RolloutBucket(c.RunnerID))
-		}
-		if canary {
-			on++
-			if det.Mode != detachment.ModeObserve {
-				t.Fatalf("%s on the canary runs %s", c.RunnerID, det.Mode)
-			}
-		} else {
-			off++
-			if det.Mode != detachment.ModeEnforce {
-				t.Fatalf("%s off the canary runs %s", c.RunnerID, det.Mode)
-			}
-		}
-	}
-	if on < 60 || off < 60 {
-		t.Fatalf("50%% rollout split %d/%d", on, off)
-	}
-	// Promote: everyone gets it; a further canary layers on top.
-	d = d.Change(nil, 100, "ops", now)
-	if d.Version != 2 || d.Canary != nil || d.Base["detachment.mode"] != "observe" {
-		t.Fatalf("promotion: %+v", d)
-	}
-	d = d.Change(map[string]string{"detachment.recover_window": "5s"}, 10, "ops", now)
-	if d.Canary["detachment.mode"] != "observe" || d.Canary["detachment.recover_window"] != "5s" {
-		t.Fatalf("layered canary: %+v", d)
 	}
 }
 

@@ -18,9 +18,11 @@ import (
 const EnvPrefix = "TENURE_"
 
 // TaskEnvPrefix starts the variables an exec: handler's command gets about
-// its task (TENURE_TASK_ID, TENURE_TASK_REF, ...; see NewHandler). They are
-// not config: Load ignores them without a warning, so that the command can
-// run tenure itself (`tenure task submit` from a handler).
+// its task (TENURE_TASK_ID, TENURE_TASK_REF, ...; see NewHandler in package
+// external). They are not config: Load ignores them without a warning, so
+// that the command can run tenure itself (`tenure task submit` from a
+// handler). The prefix lives here rather than in external because Load
+// needs it and runner does not import external.
 const TaskEnvPrefix = "TENURE_TASK_"
 
 // Load builds a Config: defaults, then the YAML file at path (skipped when

@@ -210,7 +210,9 @@ func TestStagedRollout(t *testing.T) {
 	defer rs.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	doc := DynamicDoc{}.Change(map[string]string{"detachment.mode": "observe"}, 50, "test", time.Now())
+	// Version 1: observe mode for 50% of the runners (what `tenure config
+	// set detachment.mode=observe --rollout 50` writes to an empty key).
+	doc := DynamicDoc{Version: 1, Canary: map[string]string{"detachment.mode": "observe"}, Rollout: 50, UpdatedAt: time.Now().UTC(), UpdatedBy: "test"}
 	raw, _ := json.Marshal(doc)
 	if _, err := rs.PutConfig(ctx, raw, 0); err != nil {
 		t.Fatal(err)
@@ -234,7 +236,8 @@ func TestStagedRollout(t *testing.T) {
 	}
 	t.Logf("%d of %d runners under the 50%% cut", under, len(xs))
 	// An invalid document (a margin beyond the TTL) is ignored.
-	bad := doc.Change(map[string]string{"detachment.margin": "5s"}, 100, "test", time.Now())
+	// Version 2 promotes the canary and adds the bad margin, for everyone.
+	bad := DynamicDoc{Version: 2, Base: map[string]string{"detachment.mode": "observe", "detachment.margin": "5s"}, Rollout: 100, UpdatedAt: time.Now().UTC(), UpdatedBy: "test"}
 	raw, _ = json.Marshal(bad)
 	cur, _ := rs.Config(ctx)
 	if _, err := rs.PutConfig(ctx, raw, cur.Revision); err != nil {

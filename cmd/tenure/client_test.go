@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/external"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
@@ -172,7 +173,7 @@ func (c *cliCluster) startRunner(id string, specs ...string) *cliRunner {
 			if err := runner.RegisterBuiltins(h); err != nil {
 				return err
 			}
-			return runner.RegisterHandlers(h, append([]string{"fail=exec:echo broken >&2; exit 1"}, specs...))
+			return external.RegisterHandlers(h, append([]string{"fail=exec:echo broken >&2; exit 1"}, specs...))
 		}))
 	if err != nil {
 		t.Fatal(err)

@@ -163,7 +163,7 @@ func ConfigSet(ctx context.Context, cli *CLI, args []string) error {
 	}
 	// Check the change on its own first, so that a bad key or value is
 	// reported before connecting to anything.
-	if err := (runner.DynamicDoc{}).Change(kv, *rollout, "", time.Time{}).Check(); err != nil {
+	if err := changeDoc(runner.DynamicDoc{}, kv, *rollout, "", time.Time{}).Check(); err != nil {
 		return flatten(err)
 	}
 	rs, err := cli.configStore(ctx)
@@ -176,7 +176,7 @@ func ConfigSet(ctx context.Context, cli *CLI, args []string) error {
 		if len(kv) == 0 && cur.Canary == nil {
 			return cur, fmt.Errorf("set: no canary in progress to move (version %d): give KEY=VALUE to start one", cur.Version)
 		}
-		return cur.Change(kv, *rollout, by, time.Now()), nil
+		return changeDoc(cur, kv, *rollout, by, time.Now()), nil
 	})
 	if err != nil {
 		return err
@@ -238,6 +238,32 @@ func updateConfig(ctx context.Context, st configStore, change func(runner.Dynami
 		return next, rev, nil
 	}
 	return runner.DynamicDoc{}, 0, fmt.Errorf("set: the document kept changing under us (%d tries); try again: %w", configCASTries, lost)
+}
+
+// changeDoc returns d after setting kv (key → value) for rollout percent
+// of the runners: 100 makes the change (and any canary in progress)
+// everyone's base; less puts it in the canary on top of the base and the
+// canary in progress. It is here rather than in runner because only
+// `tenure config set` writes the document; runners only read it.
+func changeDoc(d runner.DynamicDoc, kv map[string]string, rollout int, by string, now time.Time) runner.DynamicDoc {
+	next := runner.DynamicDoc{Version: d.Version + 1, Rollout: rollout, UpdatedAt: now.UTC(), UpdatedBy: by}
+	if rollout >= 100 {
+		next.Rollout = 100
+		next.Base = mergeLayers(d.Base, d.Canary, kv)
+		return next
+	}
+	next.Base = maps.Clone(d.Base)
+	next.Canary = mergeLayers(d.Base, d.Canary, kv)
+	return next
+}
+
+// mergeLayers returns the union of layers, a later layer's value winning.
+func mergeLayers(layers ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, l := range layers {
+		maps.Copy(out, l)
+	}
+	return out
 }
 
 // configStore connects to the cluster's etcd only: `config` needs neither

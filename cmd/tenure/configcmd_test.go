@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -136,7 +137,7 @@ func (s *racingStore) PutConfig(ctx context.Context, value []byte, prev int64) (
 		if cv.Value != nil {
 			doc, _ = runner.ParseDynamicDoc(cv.Value)
 		}
-		other := doc.Change(map[string]string{"detachment.recover_window": fmt.Sprintf("%ds", s.n+1)}, 100, "other", time.Now())
+		other := changeDoc(doc, map[string]string{"detachment.recover_window": fmt.Sprintf("%ds", s.n+1)}, 100, "other", time.Now())
 		b, _ := json.Marshal(other)
 		if _, err := s.configStore.PutConfig(ctx, b, cv.Revision); err != nil {
 			s.t.Fatal(err)
@@ -149,7 +150,7 @@ func TestConfigSetCompareAndSwap(t *testing.T) {
 	c := newCLICluster(t, false)
 	ctx := testCtx(t, 30*time.Second)
 	set := func(cur runner.DynamicDoc) (runner.DynamicDoc, error) {
-		return cur.Change(map[string]string{"detachment.mode": "observe"}, 100, "me", time.Now()), nil
+		return changeDoc(cur, map[string]string{"detachment.mode": "observe"}, 100, "me", time.Now()), nil
 	}
 
 	// Two lost races: the third try lands on top of both other writes.
@@ -170,5 +171,57 @@ func TestConfigSetCompareAndSwap(t *testing.T) {
 	assertOneLine(t, "always losing", err, "kept changing")
 	if !errors.Is(err, storage.ErrPrecondition) || rs.n != configCASTries {
 		t.Errorf("always losing: err = %v after %d tries, want ErrPrecondition after %d", err, rs.n, configCASTries)
+	}
+}
+
+// TestDynamicDocRollout: a change rolled out to 50% goes to the canary and
+// reaches the runners under the hash cut; promoting it makes it everyone's
+// base, and a further change layers on top.
+func TestDynamicDocRollout(t *testing.T) {
+	now := time.Unix(0, 0)
+	var d runner.DynamicDoc
+	d = changeDoc(d, map[string]string{"detachment.mode": "observe"}, 50, "ops", now)
+	if d.Version != 1 || d.Rollout != 50 || d.Canary["detachment.mode"] != "observe" || len(d.Base) != 0 {
+		t.Fatalf("canary change: %+v", d)
+	}
+	if err := d.Check(); err != nil {
+		t.Fatal(err)
+	}
+	base := runner.DefaultConfig()
+	base.Etcd.Endpoints, base.S3.Bucket = []string{"x"}, "b"
+	on, off := 0, 0
+	for i := 0; i < 200; i++ {
+		c := base
+		c.RunnerID = fmt.Sprintf("r%d", i)
+		det, canary, err := d.Apply(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if canary != (runner.RolloutBucket(c.RunnerID) < 50) {
+			t.Fatalf("%s: canary %v, bucket %d", c.RunnerID, canary, runner.RolloutBucket(c.RunnerID))
+		}
+		if canary {
+			on++
+			if det.Mode != detachment.ModeObserve {
+				t.Fatalf("%s on the canary runs %s", c.RunnerID, det.Mode)
+			}
+		} else {
+			off++
+			if det.Mode != detachment.ModeEnforce {
+				t.Fatalf("%s off the canary runs %s", c.RunnerID, det.Mode)
+			}
+		}
+	}
+	if on < 60 || off < 60 {
+		t.Fatalf("50%% rollout split %d/%d", on, off)
+	}
+	// Promote: everyone gets it; a further canary layers on top.
+	d = changeDoc(d, nil, 100, "ops", now)
+	if d.Version != 2 || d.Canary != nil || d.Base["detachment.mode"] != "observe" {
+		t.Fatalf("promotion: %+v", d)
+	}
+	d = changeDoc(d, map[string]string{"detachment.recover_window": "5s"}, 10, "ops", now)
+	if d.Canary["detachment.mode"] != "observe" || d.Canary["detachment.recover_window"] != "5s" {
+		t.Fatalf("layered canary: %+v", d)
 	}
 }

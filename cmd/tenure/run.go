@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/external"
 	"github.com/tenurehq/tenure/runner"
 )
 
@@ -130,7 +131,7 @@ func standardTypes(specs []string) func(*entity.Host) error {
 		if err := runner.RegisterBuiltins(h); err != nil {
 			return err
 		}
-		return runner.RegisterHandlers(h, specs)
+		return external.RegisterHandlers(h, specs)
 	}
 }
 

@@ -1,0 +1,199 @@
+package external
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/runner"
+)
+
+// Handler limits of the http: and exec: handlers.
+const (
+	// MaxHandlerResult is the largest result an http: response body or an
+	// exec: command's stdout may hold (1 MiB); more fails the task
+	// permanently, since the result is stored in the task object.
+	MaxHandlerResult = 1 << 20
+	// handlerErrorTail is how much of a failed handler's output (an http:
+	// response body, an exec: command's stderr) the task error keeps.
+	handlerErrorTail = 1 << 10
+	// ExecKillGrace is how long an exec: command has between SIGTERM and
+	// SIGKILL once its task is interrupted (on Unix; see the package doc).
+	ExecKillGrace = 2 * time.Second
+	// ExecExitRetry is the exit status (EX_TEMPFAIL) by which an exec:
+	// command asks for a retry.
+	ExecExitRetry = 75
+)
+
+// HandlerSpecError reports a handler spec (http:URL, exec:COMMAND, or a
+// TYPE=SPEC pair) that cannot be used. It matches runner.ErrInvalidConfig,
+// since a spec is part of the runner's configuration.
+type HandlerSpecError struct {
+	Spec   string // as given
+	Reason string
+}
+
+func (e *HandlerSpecError) Error() string {
+	return fmt.Sprintf("%v: handler %q: %s", runner.ErrInvalidConfig, e.Spec, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, runner.ErrInvalidConfig) hold.
+func (e *HandlerSpecError) Unwrap() error { return runner.ErrInvalidConfig }
+
+// ParseHandler splits a TYPE=SPEC handler flag.
+func ParseHandler(s string) (typ, spec string, err error) {
+	typ, spec, ok := strings.Cut(s, "=")
+	if !ok || typ == "" || spec == "" {
+		return "", "", fmt.Errorf("%w: handler %q: want TYPE=SPEC (http:URL or exec:COMMAND)", runner.ErrInvalidConfig, s)
+	}
+	return typ, spec, nil
+}
+
+// RegisterHandlers registers the handlers of specs, each "TYPE=SPEC" (see
+// ParseHandler and NewHandler), on h. Every spec is checked before any is
+// registered, so a bad one leaves h unchanged; a type given twice, naming a
+// built-in type (runner.BuiltinTypes) or already registered on h is an
+// error naming it.
+func RegisterHandlers(h *entity.Host, specs []string) error {
+	type pending struct {
+		typ string
+		fn  entity.HandlerFunc
+	}
+	var all []pending
+	seen := map[string]string{}
+	registered := h.Types()
+	for _, s := range specs {
+		typ, spec, err := ParseHandler(s)
+		if err != nil {
+			return err
+		}
+		if err := task.ValidateType(typ); err != nil {
+			return &HandlerSpecError{Spec: s, Reason: err.Error()}
+		}
+		if slices.Contains(runner.BuiltinTypes(), typ) {
+			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q is built in and cannot be overridden", typ)}
+		}
+		if prev, dup := seen[typ]; dup {
+			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q already has a handler (%q)", typ, prev)}
+		}
+		if slices.Contains(registered, typ) {
+			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q is already registered on this host", typ)}
+		}
+		seen[typ] = s
+		fn, err := NewHandler(spec, nil)
+		if err != nil {
+			return fmt.Errorf("type %s: %w", typ, err)
+		}
+		all = append(all, pending{typ, fn})
+	}
+	for _, p := range all {
+		if err := h.RegisterFunc(p.typ, p.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewHandler builds a task handler from a spec:
+//
+// http:URL POSTs the task (its JSON, as task.Task encodes it) to URL under
+// the task's context, bounded by the task's Timeout, with the W3C trace
+// context of the attempt. A 2xx response completes the task with the body
+// as its result (JSON of at most MaxHandlerResult bytes; empty is null). A
+// 4xx fails it permanently with the status and the first KiB of the body,
+// except 408 and 429, which ask to be retried, as do 5xx, timeouts and
+// connection errors. Redirects are not followed (a 3xx fails permanently).
+// client, if not nil, sends the requests; nil uses a client without proxy
+// and with dial and TLS handshake timeouts.
+//
+// exec:COMMAND runs COMMAND through /bin/sh -c (cmd.exe /C on Windows) in
+// a process group of its own (on Unix), with the task input on stdin and
+// the runner's environment (minus its TENURE_* configuration, which may
+// hold credentials) plus TENURE_TASK_ID, TENURE_TASK_REF,
+// TENURE_TASK_TYPE, TENURE_TASK_ENTITY and TENURE_TASK_ATTEMPT. Config
+// loading ignores those (runner.TaskEnvPrefix), so the command may itself
+// run `tenure task submit` (given a config file: the runner's TENURE_*
+// configuration is not passed on). Exit status 0 completes the task with
+// stdout as its result (JSON of at most MaxHandlerResult bytes; empty is
+// null); 75 (EX_TEMPFAIL) asks for a retry; any other status fails it
+// permanently with the last KiB of stderr. When the task is interrupted the
+// group gets SIGTERM, then SIGKILL after ExecKillGrace; processes the
+// command leaves behind in its group are killed when it exits. (Elsewhere
+// than on Unix, see the package doc.)
+//
+// A spec that does not parse gives a *HandlerSpecError naming it.
+func NewHandler(spec string, client *http.Client) (entity.HandlerFunc, error) {
+	kind, arg, ok := strings.Cut(spec, ":")
+	if !ok {
+		return nil, &HandlerSpecError{Spec: spec, Reason: "want http:URL or exec:COMMAND"}
+	}
+	switch kind {
+	case "http":
+		u, err := url.Parse(arg)
+		switch {
+		case arg == "":
+			return nil, &HandlerSpecError{Spec: spec, Reason: "no URL after http:"}
+		case err != nil:
+			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL does not parse: %v", err)}
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL %q must start with http:// or https://", arg)}
+		case u.Host == "":
+			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL %q has no host", arg)}
+		}
+		if client == nil {
+			client = defaultHandlerClient()
+		}
+		return httpHandler(u.String(), client), nil
+	case "exec":
+		if strings.TrimSpace(arg) == "" {
+			return nil, &HandlerSpecError{Spec: spec, Reason: "no command after exec:"}
+		}
+		return execHandler(arg, ExecKillGrace), nil
+	}
+	return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("unknown kind %q: want http:URL or exec:COMMAND", kind)}
+}
+
+// attemptTimeout bounds one attempt of t: its own timeout, or the default
+// for tasks stored without one.
+func attemptTimeout(t *task.Task) time.Duration {
+	if t.Timeout > 0 {
+		return t.Timeout.Std()
+	}
+	return task.DefaultTimeout
+}
+
+var errHandlerTimeout = errors.New("handler timed out")
+
+// result checks a handler's output: valid JSON of at most MaxHandlerResult
+// bytes, surrounding white space trimmed; empty is null. Anything else
+// fails the task permanently: running it again would give the same.
+func result(what string, out []byte) (json.RawMessage, error) {
+	if len(out) > MaxHandlerResult {
+		return nil, entity.Permanent(fmt.Errorf("%s is over %d bytes", what, MaxHandlerResult))
+	}
+	out = bytes.TrimSpace(out)
+	if len(out) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	if !json.Valid(out) {
+		return nil, entity.Permanent(fmt.Errorf("%s is not JSON: %s", what, head(out, 80)))
+	}
+	return json.RawMessage(out), nil
+}
+
+// head returns the first n bytes of b as printable text.
+func head(b []byte, n int) string {
+	if len(b) > n {
+		return strconv.Quote(string(b[:n])) + "…"
+	}
+	return strconv.Quote(string(b))
+}
