@@ -9,8 +9,10 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// registerInfo exports the runner's identity and the config version it
-// runs: tenure_runner_info{runner, version, config_version, config_canary}.
+// registerInfo exports the runner's identity, tenure_runner_info{runner,
+// version, cluster} (always 1), and the dynamic config it runs:
+// tenure_runner_config_version (the document's version) and
+// tenure_runner_config_canary (1 under the rollout cut).
 func (r *Runner) registerInfo() {
 	info := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "tenure", Subsystem: "runner", Name: "config_version",

@@ -30,7 +30,7 @@ var DynamicKeys = []string{
 // Runners read it (ParseDynamicDoc, Apply); writing a change is the CLI's
 // business (`tenure config set`, in cmd/tenure).
 type DynamicDoc struct {
-	Version   int64             `json:"version"`          // +1 on every write; exported as a metric label
+	Version   int64             `json:"version"`          // +1 on every write; exported as tenure_runner_config_version
 	Base      map[string]string `json:"base,omitempty"`   // key → value for every runner
 	Canary    map[string]string `json:"canary,omitempty"` // key → value for runners under the cut
 	Rollout   int               `json:"rollout"`          // percent of runners on Canary, 0–100

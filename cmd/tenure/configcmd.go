@@ -51,7 +51,7 @@ everyone's base. Without KEY=VALUE, --rollout moves the canary in progress:
 The document is checked before it is written (unknown key, bad value: an
 error and nothing written) and written with a compare-and-swap on its etcd
 revision, retried when someone else wrote first. Every write increments the
-version, which runners export as a metric label.
+version, which runners export as tenure_runner_config_version.
 
 Typical rollout: detachment.mode=observe --rollout 10, then 50, then 100;
 later detachment.mode=enforce the same way.
