@@ -12,8 +12,8 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/runnermetrics"
 	"github.com/tenurehq/tenure/internal/testenv"
-	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -82,7 +82,7 @@ func TestKnownMetricsExist(t *testing.T) {
 	}
 	s3store.MetricsObserver(rec)
 
-	for name := range runnerMetrics(t) {
+	for name := range runnermetrics.Gather(t) {
 		rec.names[name] = true
 	}
 
@@ -104,65 +104,4 @@ func TestKnownMetricsExist(t *testing.T) {
 	if len(rec.names) < len(knownMetrics) {
 		t.Fatalf("recorded %d metric names: the recorder saw nothing?", len(rec.names))
 	}
-}
-
-// runnerMetrics runs a runner on the shared etcd and S3 servers until its
-// own series (tenure_runner_*) are exported, and returns the names of
-// every family its registry gathers then.
-func runnerMetrics(t *testing.T) map[string]bool {
-	t.Helper()
-	srv, s3 := testenv.SharedEtcd(t), testenv.SharedS3(t)
-	ak, sk := s3.Credentials()
-	cfg, err := runner.Load("", nil, []string{
-		"cluster=" + testenv.Name(t, 40), "runner_id=metrics", "shards=2", "admin_addr=",
-		"etcd.endpoints=" + srv.Endpoint(),
-		"s3.endpoint=" + s3.Endpoint(), "s3.region=" + s3.Region(), "s3.bucket=" + s3.Bucket(t), "s3.path_style=true",
-		"s3.access_key=" + ak, "s3.secret_key=" + sk, "log.level=error", "drain_timeout=5s",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	r, err := runner.New(cfg, runner.WithRegistry(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		if done == nil {
-			return // Run returned already
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("runner: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("runner did not stop within 20s")
-		}
-	}()
-	names := map[string]bool{}
-	deadline := time.Now().Add(20 * time.Second)
-	for !names["tenure_runner_config_version"] {
-		if time.Now().After(deadline) {
-			t.Fatalf("runner exported no tenure_runner_config_version within 20s (got %d families)", len(names))
-		}
-		select {
-		case err := <-done:
-			done = nil
-			t.Fatalf("runner stopped: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			names[mf.GetName()] = true
-		}
-	}
-	return names
 }

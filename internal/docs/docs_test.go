@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/runnermetrics"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
@@ -317,74 +318,10 @@ func registeredMetrics(t *testing.T) metrics {
 		t.Fatal(err)
 	}
 	s3store.MetricsObserver(rec)
-	for name, hist := range runnerMetrics(t) {
+	for name, hist := range runnermetrics.Gather(t) {
 		rec.m.names[name] = hist
 	}
 	return rec.m
-}
-
-// runnerMetrics runs a runner on the shared etcd and S3 servers until its
-// own series (tenure_runner_*) are exported, and returns the families its
-// registry gathers then, each with whether it is a histogram.
-func runnerMetrics(t *testing.T) map[string]bool {
-	t.Helper()
-	etcdSrv, s3Srv := testenv.SharedEtcd(t), testenv.SharedS3(t)
-	ak, sk := s3Srv.Credentials()
-	cfg, err := runner.Load("", nil, []string{
-		"cluster=" + testenv.Name(t, 40), "runner_id=docs", "shards=2", "admin_addr=",
-		"etcd.endpoints=" + etcdSrv.Endpoint(),
-		"s3.endpoint=" + s3Srv.Endpoint(), "s3.region=" + s3Srv.Region(), "s3.bucket=" + s3Srv.Bucket(t), "s3.path_style=true",
-		"s3.access_key=" + ak, "s3.secret_key=" + sk, "log.level=error", "drain_timeout=5s",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	r, err := runner.New(cfg, runner.WithRegistry(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		if done == nil {
-			return // Run has returned already
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("runner: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("runner did not stop within 30s")
-		}
-	}()
-	names := map[string]bool{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, ok := names["tenure_runner_info"]; ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the runner exported no tenure_runner_info within 30s (got %d families)", len(names))
-		}
-		select {
-		case err := <-done:
-			done = nil
-			t.Fatalf("runner stopped: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			names[mf.GetName()] = mf.GetType().String() == "HISTOGRAM"
-		}
-	}
-	return names
 }
 
 // word is a run of the characters a config key, a path or a URL is made
