@@ -1,0 +1,360 @@
+package entity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tenurehq/tenure/detachment"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// Executing runs a claimed task's handler (execute) under a context that
+// ends with the shard's ownership, a cancel request, a lost claim, the
+// task's timeout or, for an enforced claim, the detachment decision the
+// claim was made under. Meanwhile renew keeps the claim alive, with a guard
+// on the local clock for when renewals fail. The outcome goes to conclude
+// (commit.go).
+
+// Causes of a handler's context ending, besides the shard's own.
+var (
+	errCancelRequested = errors.New("entity: task cancel requested")
+	errClaimLost       = errors.New("entity: task claim lost: another runner owns the task now")
+	errLeaseExpiring   = errors.New("entity: task claim could not be renewed before it expires")
+	errTimeout         = errors.New("entity: task attempt timed out")
+	// errEnforcedStop: the attempt was claimed while the runner enforced
+	// detachment, and the runner's detachment decision has detached since:
+	// the claim promised to stop before the lease can expire, whatever
+	// the runner's mode is now.
+	errEnforcedStop = errors.New("entity: the runner's detachment decision detached; the attempt was claimed under enforcement and stops")
+)
+
+// attempt is one running task: its latest known object, for renewals and
+// the commit.
+type attempt struct {
+	mu   sync.Mutex
+	t    *task.Task
+	etag string
+	// expires is when the claim's lease expires at the earliest, on the
+	// local clock (see localExpiry).
+	expires time.Time
+	pokec   chan struct{}
+	cancel  context.CancelCauseFunc
+	started time.Time // when the handler was called
+}
+
+// poke makes the renewal loop re-read the task now (a cancel request).
+func (a *attempt) poke() {
+	select {
+	case a.pokec <- struct{}{}:
+	default:
+	}
+}
+
+func (a *attempt) current() (*task.Task, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.t, a.etag
+}
+
+func (a *attempt) set(t *task.Task, etag string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.t, a.etag = t, etag
+}
+
+func (a *attempt) expiry() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.expires
+}
+
+func (a *attempt) setExpiry(t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expires = t
+}
+
+// claimed is what execute needs of a claim just written.
+type claimed struct {
+	t       *task.Task
+	etag    string
+	at      storage.ServerTime // the S3 time the claim was made at
+	expires time.Time          // the claim's earliest local expiry
+	enf     detachment.Enforcement
+}
+
+// execute runs a claimed task's handler and commits the outcome. An attempt
+// whose claim promises enforcement is bound to the detachment decision that
+// made the promise, so it stops before the lease can expire even if the
+// runner leaves enforce mode meanwhile.
+func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
+	t := c.t
+	a := &attempt{t: t, etag: c.etag, expires: c.expires, pokec: make(chan struct{}, 1)}
+	key := e.taskKey(t.ID)
+	if !e.h.activate(key, a) {
+		// Cannot happen while look checks first; never run twice.
+		e.h.log.Error("task already running on this runner; leaving the claim to lapse", "task", t.Ref())
+		e.forget(it.ptr.ID)
+		return
+	}
+	defer e.h.deactivate(key, a)
+	ent, err := e.instanceFor(box, t)
+	if err != nil {
+		e.conclude(it, a, nil, err, nil)
+		return
+	}
+	hctx, cancel := context.WithCancelCause(e.ctx)
+	defer cancel(nil)
+	a.cancel = cancel
+	if t.Claim != nil && t.Claim.Enforced {
+		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
+		defer stop()
+	}
+	if t.Timeout > 0 {
+		var stop context.CancelFunc
+		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
+		defer stop()
+	}
+	hctx, span := e.startSpan(hctx, t)
+	defer span.End()
+
+	a.started = time.Now()
+	e.mu.Lock()
+	e.inflight[t.ID] = a
+	e.mu.Unlock()
+	var renewing sync.WaitGroup
+	renewing.Add(1)
+	go func() {
+		defer renewing.Done()
+		e.renew(hctx, a)
+	}()
+	if !t.AvailableAt.After(t.CreatedAt) && t.Attempt == 1 {
+		e.h.metrics.startLatency.Observe(c.at.Now.Sub(t.CreatedAt).Seconds())
+	}
+	view := t.Clone() // the handler's own copy: renewals change a.t
+	var result json.RawMessage
+	var herr error
+	if hctx.Err() != nil {
+		// Interrupted between the claim and the start: do not start.
+		herr = context.Cause(hctx)
+	} else {
+		result, herr = safeHandle(hctx, ent, view)
+	}
+	e.h.metrics.duration.WithLabelValues(t.Type).Observe(time.Since(a.started).Seconds())
+	cause := context.Cause(hctx)
+	cancel(nil)
+	renewing.Wait()
+	e.mu.Lock()
+	delete(e.inflight, t.ID)
+	e.mu.Unlock()
+	if box != nil {
+		e.h.resident.touch(box.inst)
+	}
+	if herr != nil {
+		span.RecordError(herr)
+		span.SetStatus(codes.Error, herr.Error())
+	}
+	e.conclude(it, a, result, herr, cause)
+}
+
+// renew extends the running task's claim every TaskLease/3 and re-reads it
+// when poked; it cancels the handler when the task is cancelled, the claim
+// lost, or the claim about to expire.
+//
+// The last is a guard on the local clock, armed for half a renewal period
+// before the claim's earliest local expiry (see attempt.expires) and pushed
+// by each renewal: it holds when S3, and with it the S3 clock, cannot be
+// reached, and while a renewal hangs, and it leaves the handler half a
+// period to stop before another runner may claim the task. Renewals come
+// every period, or sooner when the S3 clock's uncertainty leaves the guard
+// closer than two periods away (short leases).
+func (e *shardExec) renew(hctx context.Context, a *attempt) {
+	every := e.h.cfg.TaskLease / 3
+	margin := every / 2
+	guard := time.AfterFunc(time.Until(a.expiry().Add(-margin)), func() { a.cancel(errLeaseExpiring) })
+	defer guard.Stop()
+	// next is the wait before the next renewal try: a period, or half the
+	// time left before the guard fires.
+	next := func(most time.Duration) time.Duration {
+		return max(min(most, time.Until(a.expiry().Add(-margin))/2), time.Millisecond)
+	}
+	timer := time.NewTimer(next(every))
+	defer timer.Stop()
+	for {
+		poked := false
+		select {
+		case <-hctx.Done():
+			return
+		case <-timer.C:
+		case <-a.pokec:
+			poked = true
+		}
+		t, etag := a.current()
+		claim := t.Claim
+		readAt := time.Now()
+		now, err := e.h.tasks.Now(hctx)
+		if err == nil && !poked {
+			renewed := t.Clone()
+			if err = renewed.Renew(now.Earliest(), e.h.cfg.TaskLease); err == nil {
+				var newEtag string
+				if newEtag, err = e.h.tasks.Write(hctx, renewed, etag); err == nil {
+					a.set(renewed, newEtag)
+					exp := localExpiry(readAt, now, e.h.cfg.TaskLease)
+					a.setExpiry(exp)
+					guard.Reset(time.Until(exp.Add(-margin)))
+					timer.Reset(next(every))
+					continue
+				}
+			}
+		}
+		if poked || errors.Is(err, storage.ErrPrecondition) {
+			fresh, fetag, lerr := e.h.tasks.Load(hctx, e.own.Shard, t.ID)
+			switch {
+			case lerr != nil:
+				err = lerr
+			case !sameClaim(claim, fresh.Claim) || fresh.Status != task.Running:
+				a.cancel(errClaimLost)
+				return
+			default:
+				a.set(fresh, fetag)
+				if fresh.CancelRequested {
+					a.cancel(errCancelRequested)
+					return
+				}
+				if poked {
+					continue
+				}
+				// Another writer (a client's request) changed the task
+				// under our claim: renew on the new version now.
+				timer.Reset(time.Millisecond)
+				continue
+			}
+		}
+		// A failed renewal is retried every second, or sooner as the guard
+		// nears, until the guard gives up on the claim.
+		timer.Reset(next(min(every, time.Second)))
+	}
+}
+
+// localExpiry is when, on the local clock, a claim written with the S3 time
+// now (read at local time readAt) for lease expires at the earliest: the S3
+// clock may have been ahead of now.Earliest() by up to the estimate's width.
+func localExpiry(readAt time.Time, now storage.ServerTime, lease time.Duration) time.Time {
+	return readAt.Add(lease - now.Latest().Sub(now.Earliest()))
+}
+
+// instanceFor returns the entity instance for t: the mailbox's resident one
+// (created on the first task), or a fresh one for an entity-less task.
+func (e *shardExec) instanceFor(box *mailbox, t *task.Task) (Entity, error) {
+	f, ok := e.h.reg.lookup(t.Type)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoHandler, t.Type)
+	}
+	if box == nil {
+		return newEntity(f, t.Entity)
+	}
+	e.mu.Lock()
+	in := box.inst
+	e.mu.Unlock()
+	if in != nil && in.typ == t.Type && in.id == t.Entity {
+		e.h.resident.touch(in)
+		return in.ent, nil
+	}
+	if in != nil {
+		// Two entities share the mailbox's key (a hash collision): the
+		// resident one makes room.
+		e.passivateBusy(box, in)
+	}
+	ent, err := newEntity(f, t.Entity)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := ent.(Starter); ok {
+		ctx, cancel := context.WithTimeout(e.ctx, e.h.cfg.HookTimeout)
+		err := safeHook(func() error { return s.OnStart(ctx) })
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("entity %s/%s: OnStart: %w", t.Type, t.Entity, err)
+		}
+	}
+	in = &instance{typ: t.Type, id: t.Entity, ent: ent, box: box, exec: e}
+	e.mu.Lock()
+	box.inst = in
+	e.mu.Unlock()
+	e.h.resident.add(e.h, in)
+	return ent, nil
+}
+
+// passivateBusy stops the resident instance of a mailbox its worker holds.
+func (e *shardExec) passivateBusy(box *mailbox, in *instance) {
+	e.mu.Lock()
+	if box.inst == in {
+		box.inst = nil
+	}
+	e.mu.Unlock()
+	e.h.stopInstance(context.Background(), in, StopEvicted)
+}
+
+func newEntity(f Factory, id string) (ent Entity, err error) {
+	err = safeHook(func() error {
+		var ferr error
+		ent, ferr = f(id)
+		return ferr
+	})
+	if err == nil && ent == nil {
+		err = errors.New("factory returned no entity")
+	}
+	return ent, err
+}
+
+// safeHandle runs the handler, turning a panic into a *PanicError.
+func safeHandle(ctx context.Context, ent Entity, t *task.Task) (result json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			result, err = nil, &PanicError{Value: v, Stack: string(debug.Stack())}
+		}
+	}()
+	result, err = ent.Handle(ctx, t)
+	if err == nil && len(result) > 0 && !json.Valid(result) {
+		err = Permanent(fmt.Errorf("entity: handler result is not valid JSON (%d bytes)", len(result)))
+	}
+	return result, err
+}
+
+func safeHook(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: string(debug.Stack())}
+		}
+	}()
+	return f()
+}
+
+// startSpan starts the execute span as a child of the submit span whose
+// context the task carries.
+func (e *shardExec) startSpan(ctx context.Context, t *task.Task) (context.Context, trace.Span) {
+	if t.Trace != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": t.Trace})
+	}
+	return e.h.tracer.Start(ctx, "tenure.task.execute",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("tenure.task.id", t.ID),
+			attribute.String("tenure.task.type", t.Type),
+			attribute.String("tenure.task.entity", t.Entity),
+			attribute.String("tenure.shard", t.Shard.String()),
+			attribute.Int("tenure.task.attempt", t.Attempt),
+			attribute.Int64("tenure.shard.epoch", e.own.Epoch),
+		))
+}
