@@ -105,7 +105,7 @@ func (e *shardExec) act(it *item, box *mailbox, v verdict) (again bool) {
 	case actParked:
 		// Nothing left: orphan did it under the lock it decided under.
 	case actDrop:
-		e.dropPointer(ctx, it)
+		e.dropPointer(ctx, it, true)
 	case actRestore:
 		// The stale pointer's task moved on: its current pointer is
 		// written again before this one goes (see decideTask).

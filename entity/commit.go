@@ -246,7 +246,7 @@ func (e *shardExec) afterCommit(ctx context.Context, it *item, t *task.Task) {
 	old := it.ptr.Key
 	switch {
 	case t.Status.IsTerminal():
-		e.dropPointer(ctx, it)
+		e.dropPointer(ctx, it, false)
 	case t.PointerKey() != old:
 		e.follow(ctx, it, t, false)
 	default:
@@ -294,11 +294,14 @@ func (e *shardExec) soon(d time.Duration) time.Time {
 	return time.Now().Add(d)
 }
 
-// dropPointer deletes a pointer that has served its purpose.
-func (e *shardExec) dropPointer(ctx context.Context, it *item) {
+// dropPointer deletes a pointer that has served its purpose. stale says
+// it was found naming no live task (a finished task, a long-gone
+// submission), which tenure_tasks_stale_pointers_total counts; the
+// deletion that follows a task's own final commit is not counted.
+func (e *shardExec) dropPointer(ctx context.Context, it *item, stale bool) {
 	if err := e.h.tasks.DeletePointer(ctx, it.ptr.Key); err != nil {
 		e.h.log.Debug("deleting a ready pointer failed; reconciliation will retry", "key", it.ptr.Key, "err", err)
-	} else {
+	} else if stale {
 		e.h.metrics.stalePointers.Inc()
 	}
 	e.forget(it.ptr.ID)
@@ -324,11 +327,12 @@ func (e *shardExec) failCorrupt(ctx context.Context, it *item, t *task.Task, eta
 		e.retryLater(it, err)
 		return
 	}
-	e.dropPointer(ctx, it)
+	e.dropPointer(ctx, it, false)
 }
 
-// finishExhausted fails a pending task that has no attempts left (its last
-// claim was lost with the runner that held it).
+// finishExhausted fails a task that has no attempts left: a pending one
+// whose last claim was lost with the runner that held it, or a running one
+// left by a previous owner whose takeover would need another attempt.
 func (e *shardExec) finishExhausted(ctx context.Context, it *item, t *task.Task, etag string) {
 	now, err := e.h.tasks.Now(ctx)
 	if err != nil {
@@ -341,5 +345,5 @@ func (e *shardExec) finishExhausted(ctx context.Context, it *item, t *task.Task,
 		return
 	}
 	e.h.metrics.tasks.WithLabelValues(t.Type, outcomeFailed).Inc()
-	e.dropPointer(ctx, it)
+	e.dropPointer(ctx, it, false)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/storage"
 
@@ -136,7 +138,7 @@ func TestRetriedTaskKeepsAPointer(t *testing.T) {
 		return flaky
 	}
 	var runs atomic.Int32
-	e.start("solo", func(n *node, h *Host) {
+	n := e.start("solo", func(n *node, h *Host) {
 		if err := h.RegisterFunc("stumble", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
 			if runs.Add(1) == 1 {
 				flaky.mu.Lock()
@@ -163,6 +165,11 @@ func TestRetriedTaskKeepsAPointer(t *testing.T) {
 		t.Fatalf("%d pointer writes failed, want the 2 injected", failed)
 	}
 	e.waitNoPointer(got)
+	// A retry's old pointer and a finished task's pointer are deleted by
+	// the commits themselves: nothing stale was found.
+	if v := testutil.ToFloat64(n.host.metrics.stalePointers); v != 0 {
+		t.Fatalf("tenure_tasks_stale_pointers_total = %v, want 0", v)
+	}
 }
 
 // TestStalePointerRestoresTheCurrentOne: a task was moved to a new due time
@@ -173,7 +180,7 @@ func TestRetriedTaskKeepsAPointer(t *testing.T) {
 func TestStalePointerRestoresTheCurrentOne(t *testing.T) {
 	e := newEnv(t, 2)
 	var runs atomic.Int32
-	e.start("solo", func(n *node, h *Host) {
+	n := e.start("solo", func(n *node, h *Host) {
 		if err := h.RegisterFunc("moved", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
 			runs.Add(1)
 			return json.RawMessage(`"done"`), nil
@@ -207,6 +214,9 @@ func TestStalePointerRestoresTheCurrentOne(t *testing.T) {
 		}
 	}
 	e.waitNoPointer(got)
+	if v := testutil.ToFloat64(n.host.metrics.stalePointers); v != 1 {
+		t.Fatalf("tenure_tasks_stale_pointers_total = %v, want 1 (the stale pointer)", v)
+	}
 }
 
 // waitNoPointer waits until t, finished, has no ready pointer left.

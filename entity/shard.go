@@ -3,7 +3,6 @@ package entity
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -375,8 +374,6 @@ func (e *shardExec) passivate(in *instance, reason StopReason) {
 	e.mu.Unlock()
 	e.h.stopInstance(context.Background(), in, reason)
 }
-
-var errNotOwned = errors.New("entity: shard no longer owned")
 
 // dueHeap orders pointers by due time, then id.
 type dueHeap []*item
