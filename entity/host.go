@@ -21,7 +21,7 @@ import (
 type Host struct {
 	cfg      Config
 	tasks    *task.Store
-	wakes    storage.RunnerStore
+	wakes    storage.WakeWatcher
 	runnerID string
 	reg      registry
 	log      *slog.Logger
@@ -76,14 +76,14 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // NewHost returns a host executing the tasks of tasks for runner runnerID;
-// wakes is the runner store whose wake-ups it watches. Register the task
-// types before the manager starts.
-func NewHost(tasks *task.Store, wakes storage.RunnerStore, runnerID string, cfg Config, opts ...Option) (*Host, error) {
+// wakes delivers the wake-ups of the shards it owns (a storage.RunnerStore
+// is one). Register the task types before the manager starts.
+func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg Config, opts ...Option) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if tasks == nil || wakes == nil || runnerID == "" {
-		return nil, fmt.Errorf("%w: a task store, a runner store and a runner id are required", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: a task store, a wake-up watcher and a runner id are required", ErrInvalidConfig)
 	}
 	o := hostOptions{logger: slog.New(slog.DiscardHandler), tracer: noop.NewTracerProvider()}
 	for _, opt := range opts {

@@ -32,13 +32,13 @@ func handlerCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// nopRunnerStore satisfies NewHost, which uses the runner store only once
-// it owns shards; these tests give it none.
-type nopRunnerStore struct{ storage.RunnerStore }
+// nopWakes satisfies NewHost, which watches wake-ups only once it owns
+// shards; these tests give it none.
+type nopWakes struct{ storage.WakeWatcher }
 
 func newTestHost(t *testing.T) *entity.Host {
 	t.Helper()
-	h, err := entity.NewHost(task.NewStore(memstore.New()), nopRunnerStore{}, "r1", entity.DefaultConfig())
+	h, err := entity.NewHost(task.NewStore(memstore.New()), nopWakes{}, "r1", entity.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 //     are re-verified before any of them is owned again;
 //   - only the loop goroutine makes lock calls (acquire, verify, release).
 type Manager struct {
-	store   storage.RunnerStore
+	store   Store
 	meta    storage.ClusterMeta
 	proc    Procedure // the assignment procedure meta.Hash names
 	cfg     Config
@@ -92,9 +92,18 @@ func WithLogger(l *slog.Logger) Option { return func(o *managerOptions) { o.logg
 // WithClock sets the detachment machine's clock (default: the system clock).
 func WithClock(c detachment.Clock) Option { return func(o *managerOptions) { o.clock = c } }
 
+// Store is the part of the runner store a Manager uses: the cluster meta it
+// checks, the registration that holds its lease and locks, and the
+// membership it assigns from. A storage.RunnerStore is one.
+type Store interface {
+	storage.ClusterMetaStore
+	storage.Registrar
+	storage.MembershipReader
+}
+
 // New returns a Manager for the runner self in the cluster described by
 // meta. Nothing happens until Run.
-func New(store storage.RunnerStore, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Config, opts ...Option) (*Manager, error) {
+func New(store Store, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Config, opts ...Option) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 
 // The membership view — runners, lock holders, and the assignment derived
 // from them — is built from one stream that carries runners/ and shards/
-// together in revision order (storage.RunnerStore.WatchMembership), and
+// together in revision order (storage.MembershipReader.WatchMembership), and
 // from listings of both read at one revision (the stream's own, and the
 // safety pass's fresh reads). Invariant: between batches the view is the
 // state of both prefixes at viewRev, never a lock change without the

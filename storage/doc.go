@@ -6,7 +6,10 @@
 // needs on it, and its responses carry the authoritative clock used for task
 // timing. The runner store (RunnerStore) holds cluster membership: runner
 // registrations bound to a lease, shard locks bound to that same lease,
-// watches, the cluster meta record and the dynamic config document.
+// watches, the cluster meta record and the dynamic config document. It is
+// composed of narrow ports (ClusterMetaStore, Registrar, MembershipReader,
+// ShardLockReader, DynamicConfig, Waker, WakeWatcher) so that each consumer
+// depends on only the part it uses.
 //
 // Adapters live in sub-packages: storage/s3 and storage/memstore implement
 // ObjectStore, storage/etcd implements RunnerStore. Every adapter must pass

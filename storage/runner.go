@@ -251,31 +251,36 @@ type WakeEvent struct {
 	Resync bool
 }
 
-// RunnerStore is the runner-storage port. Implementations are safe for
-// concurrent use and bound every call by their request timeout.
-type RunnerStore interface {
+// ClusterMetaStore owns the cluster meta record: the cluster's shape,
+// written once and checked by every runner that joins. The sharding manager
+// and the runner check it at start; the CLI reads it to size task clients.
+type ClusterMetaStore interface {
 	// EnsureMeta writes the cluster meta if absent and returns the stored
 	// record; a stored record that disagrees with m yields a
 	// *MetaMismatchError.
 	EnsureMeta(ctx context.Context, m ClusterMeta) (ClusterMeta, error)
 	// Meta returns the stored cluster meta, or ErrNotFound.
 	Meta(ctx context.Context) (ClusterMeta, error)
+}
 
+// Registrar owns runner registration: each registration is a Session, and
+// the lease, keep-alive and shard locks belong to the session, so that they
+// end together. The sharding manager is its user.
+type Registrar interface {
 	// Register grants a new lease of ttl and writes the runner record under
 	// it, starting the keep-alive loop. A live record with the same id yields
 	// ErrRunnerExists.
 	Register(ctx context.Context, r RunnerInfo, ttl time.Duration) (Session, error)
+}
+
+// MembershipReader owns the read side of membership: the live runners and
+// their shard locks, listed or watched as one stream. The sharding manager
+// assigns shards from it.
+type MembershipReader interface {
 	// Runners lists live runners with the revision of the read. Undecodable
 	// records are left out and reported as an error wrapping ErrCorrupt
 	// alongside the decodable ones.
 	Runners(ctx context.Context) ([]RunnerInfo, int64, error)
-	// ShardLocks lists held shard locks with the revision of the read;
-	// undecodable records are handled as in Runners.
-	ShardLocks(ctx context.Context) ([]ShardLock, int64, error)
-
-	// WatchShardLocks streams changes to shards/, starting with a put for
-	// every held lock. The channel closes when ctx ends.
-	WatchShardLocks(ctx context.Context) <-chan LockEvent
 	// Membership lists live runners and held locks together, read at one
 	// revision, as a Listing batch. Undecodable records are listed as
 	// events carrying Err, and also reported as an error wrapping
@@ -285,7 +290,24 @@ type RunnerStore interface {
 	// batches in revision order (see MembershipBatch), starting with a
 	// listing. The channel closes when ctx ends.
 	WatchMembership(ctx context.Context) <-chan MembershipBatch
+}
 
+// ShardLockReader owns the shard locks read on their own, without the
+// runners that explain them: enough for tools that report or wait on locks
+// (status, drain, the benchmarks' lock tracker), not for assignment, which
+// needs MembershipReader's ordering.
+type ShardLockReader interface {
+	// ShardLocks lists held shard locks with the revision of the read;
+	// undecodable records are handled as in MembershipReader.Runners.
+	ShardLocks(ctx context.Context) ([]ShardLock, int64, error)
+	// WatchShardLocks streams changes to shards/, starting with a put for
+	// every held lock. The channel closes when ctx ends.
+	WatchShardLocks(ctx context.Context) <-chan LockEvent
+}
+
+// DynamicConfig owns the dynamic config document: the CLI reads and
+// compare-and-swaps it, runners watch it.
+type DynamicConfig interface {
 	// Config returns the dynamic config document (zero value when absent).
 	Config(ctx context.Context) (ConfigValue, error)
 	// PutConfig writes the dynamic config document if its current revision
@@ -295,14 +317,40 @@ type RunnerStore interface {
 	// WatchConfig streams changes to the config key, starting with its
 	// current value when present. The channel closes when ctx ends.
 	WatchConfig(ctx context.Context) <-chan ConfigEvent
+}
 
+// Waker owns the sending side of wake-ups: task submitters tell a shard's
+// owner it has work. It has the method set of task.Waker, so a RunnerStore
+// serves as a task client's waker.
+type Waker interface {
 	// Wake tells whoever watches shard that it has work. It is cheap and
 	// best effort: owners also reconcile periodically.
 	Wake(ctx context.Context, shard ShardID, note string) error
+}
+
+// WakeWatcher owns the receiving side of wake-ups: a shard's owner (the
+// entity host) watches them so that it need not wait for its next
+// reconciliation.
+type WakeWatcher interface {
 	// WatchWakes streams the wake-ups of shard. It returns once the watch is
 	// established, so every Wake that completes afterwards is delivered (or
 	// covered by a Resync event). The channel closes when ctx ends.
 	WatchWakes(ctx context.Context, shard ShardID) (<-chan WakeEvent, error)
+}
+
+// RunnerStore is the runner-storage port: every narrow port above on one
+// store, which is what an adapter (storage/etcd) implements and the
+// conformance suite checks. Consumers take the narrow ports they use.
+// Implementations are safe for concurrent use and bound every call by their
+// request timeout.
+type RunnerStore interface {
+	ClusterMetaStore
+	Registrar
+	MembershipReader
+	ShardLockReader
+	DynamicConfig
+	Waker
+	WakeWatcher
 
 	// Close releases the store's resources. It does not revoke sessions'
 	// leases: close sessions first for a clean exit.

@@ -37,7 +37,7 @@ type lockWaiter struct {
 }
 
 // watchLocks starts following the locks of store's cluster until ctx ends.
-func watchLocks(ctx context.Context, store storage.RunnerStore) *lockTracker {
+func watchLocks(ctx context.Context, store storage.ShardLockReader) *lockTracker {
 	t := &lockTracker{holders: map[storage.ShardID]string{}, waiters: map[*lockWaiter]struct{}{}, done: make(chan struct{})}
 	events := store.WatchShardLocks(ctx)
 	go func() {
