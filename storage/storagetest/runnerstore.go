@@ -1,5 +1,12 @@
 package storagetest
 
+// This file is past the ~500-line mark on purpose: it is the one
+// conformance suite of the RunnerStore port, a list of independent
+// subtests that an adapter author reads top to bottom against the port's
+// contract; split by concept it would be the port's narrow interfaces
+// (storage/runner.go), a split that waits for the suite to be run per
+// port.
+
 import (
 	"context"
 	"errors"
