@@ -23,9 +23,9 @@ func (m *Manager) acquireWanted(ctx context.Context, retry bool, only ...storage
 	mine := m.assigned()
 	now := time.Now()
 	m.mu.Lock()
-	for s := range m.pending { // shards no longer assigned stop being pending
+	for _, s := range m.shards.inState(shardPending) { // shards no longer assigned stop being pending
 		if !mine[s] {
-			delete(m.pending, s)
+			m.moveLocked(s, free())
 		}
 	}
 	candidates := slices.Collect(maps.Keys(mine))
@@ -34,13 +34,12 @@ func (m *Manager) acquireWanted(ctx context.Context, retry bool, only ...storage
 	}
 	var want []storage.ShardID
 	for _, s := range candidates {
-		if _, own := m.owned[s]; own || !mine[s] {
+		r := m.shards.get(s)
+		if r.state == shardOwned || !mine[s] {
 			continue
 		}
-		if retry {
-			if p, ok := m.pending[s]; !ok || now.Sub(p.since) > m.cfg.AcquireRetryWindow {
-				continue
-			}
+		if retry && (r.state != shardPending || now.Sub(r.retry.since) > m.cfg.AcquireRetryWindow) {
+			continue
 		}
 		want = append(want, s)
 	}
@@ -62,31 +61,24 @@ func (m *Manager) acquireWanted(ctx context.Context, retry bool, only ...storage
 	for _, r := range res {
 		switch r.Status {
 		case storage.Acquired:
-			delete(m.pending, r.Shard)
 			m.own(gen, r.Shard, r.Epoch, ss.LeaseID())
 		case storage.Held:
-			if p, ok := m.pending[r.Shard]; !ok || !retry {
-				m.pending[r.Shard] = &pendingShard{since: now}
-			} else {
-				p.holder = r.Holder
+			// Held elsewhere: a Suspended belief in our lock is over too.
+			w := retryWindow{since: now}
+			if p := m.shards.get(r.Shard); p.state == shardPending && retry {
+				w = p.retry
+				w.holder = r.Holder
 			}
+			m.moveLocked(r.Shard, pendingIn(w))
 		case storage.Failed:
 			if !errors.Is(r.Err, storage.ErrInvalid) {
 				storageErr = r.Err
 			}
 		}
 	}
-	m.metrics.owned.Set(float64(len(m.owned)))
 	m.mu.Unlock()
 	m.notify.deliver()
 	m.storageResult("acquire", storageErr)
-}
-
-// pendingShard is a shard assigned to us but held elsewhere.
-type pendingShard struct {
-	since     time.Time // when the current retry window opened
-	holder    string
-	exhausted bool // its window ran out and was reported
 }
 
 // retryDue reports whether a pending shard's retry window is open.
@@ -97,8 +89,8 @@ func (m *Manager) retryDue() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	for _, p := range m.pending {
-		if now.Sub(p.since) <= m.cfg.AcquireRetryWindow {
+	for _, s := range m.shards.inState(shardPending) {
+		if now.Sub(m.shards.get(s).retry.since) <= m.cfg.AcquireRetryWindow {
 			return true
 		}
 	}
@@ -112,9 +104,11 @@ func (m *Manager) windowExhausted() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var shards []string
-	for s, p := range m.pending {
-		if !p.exhausted && time.Since(p.since) > m.cfg.AcquireRetryWindow {
-			p.exhausted = true
+	for _, s := range m.shards.inState(shardPending) {
+		w := m.shards.get(s).retry
+		if !w.exhausted && time.Since(w.since) > m.cfg.AcquireRetryWindow {
+			w.exhausted = true
+			m.moveLocked(s, pendingIn(w))
 			shards = append(shards, s.String())
 		}
 	}
@@ -128,21 +122,24 @@ func (m *Manager) windowExhausted() bool {
 	return true
 }
 
-// own records an acquired lock as owned, under mu, if the attachment of gen
-// is still live; otherwise it is kept as suspended for re-verification.
+// own records an acquired (or re-verified) lock as Owned, under mu, if the
+// attachment of gen is still live; otherwise it is kept Suspended for
+// re-verification. An Owned shard stays as it is.
 func (m *Manager) own(gen uint64, s storage.ShardID, epoch, lease int64) {
-	actx, g, ok := m.machine.Attachment()
-	if !ok || g != gen || !m.attached || m.gen != gen {
-		m.suspended[s] = epoch
+	if m.shards.get(s).state == shardOwned {
 		return
 	}
-	if _, dup := m.owned[s]; dup {
+	actx, g, ok := m.machine.Attachment()
+	if !ok || g != gen || !m.attached || m.gen != gen {
+		m.moveLocked(s, suspendedAt(epoch))
 		return
 	}
 	ctx, cancel := context.WithCancelCause(actx)
 	o := &owned{Ownership: Ownership{Shard: s, Epoch: epoch, LeaseID: lease, Since: time.Now(), Ctx: ctx,
 		Enforcement: m.machine.Enforcement}, cancel: cancel}
-	m.owned[s] = o
-	delete(m.suspended, s)
+	if !m.moveLocked(s, ownedAs(o)) {
+		cancel(errShardTransition)
+		return
+	}
 	m.notify.push(notice{o: o.Ownership})
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/tenurehq/tenure/detachment"
@@ -18,8 +16,7 @@ func (m *Manager) reregisterLoop(ctx context.Context) {
 	m.mu.Lock()
 	old := m.session
 	m.session = nil
-	clear(m.suspended)
-	clear(m.pending)
+	m.forgetLocked()
 	m.mu.Unlock()
 	if old != nil {
 		old.Orphan() // its keep-alive loop has already ended
@@ -71,14 +68,14 @@ func (m *Manager) onTransition(t detachment.Transition) {
 		}
 		m.mu.Lock()
 		m.attached = false
-		n := len(m.owned)
-		for s, o := range m.owned {
-			m.suspended[s] = o.Epoch
+		owned := m.shards.inState(shardOwned)
+		n := len(owned)
+		for _, s := range owned {
+			o := m.shards.get(s).own
+			m.moveLocked(s, suspendedAt(o.Epoch))
 			o.cancel(&LostError{Shard: s, Epoch: o.Epoch, Reason: reason, Err: t.Err})
 			m.notify.push(notice{o: o.Ownership, lost: true, reason: reason})
 		}
-		clear(m.owned)
-		m.metrics.owned.Set(0)
 		m.mu.Unlock()
 		m.notify.deliver()
 		level := slog.LevelWarn
@@ -108,30 +105,21 @@ func (m *Manager) onTransition(t detachment.Transition) {
 // resumes: those still bound to our lease are owned again under the new
 // attachment, the rest are forgotten.
 func (m *Manager) reattach(ctx context.Context) {
-	_, gen, ss, ok := m.attachedGen()
+	gen, ss, res, ok := m.verifyState(ctx, shardSuspended)
 	if !ok {
-		return
-	}
-	m.mu.Lock()
-	shards := slices.Collect(maps.Keys(m.suspended))
-	m.mu.Unlock()
-	if len(shards) == 0 {
-		return
-	}
-	res, err := ss.VerifyShards(ctx, shards)
-	m.storageResult("verify", err)
-	if err != nil {
 		return // stay suspended; the next attach or rebalance tries again
 	}
 	m.mu.Lock()
 	for _, r := range res {
-		epoch := m.suspended[r.Shard]
-		delete(m.suspended, r.Shard)
-		if r.Owned && r.Epoch == epoch {
+		rec := m.shards.get(r.Shard)
+		switch {
+		case rec.state != shardSuspended:
+		case r.Owned && r.Epoch == rec.epoch:
 			m.own(gen, r.Shard, r.Epoch, ss.LeaseID())
+		default:
+			m.moveLocked(r.Shard, free())
 		}
 	}
-	m.metrics.owned.Set(float64(len(m.owned)))
 	m.mu.Unlock()
 	m.notify.deliver()
 }

@@ -54,11 +54,12 @@ func (m *Manager) absorb(batches []storage.MembershipBatch) reaction {
 	r := reaction{rebalance: a.runners || m.mustRebalance()}
 	wanted := map[storage.ShardID]bool{}
 	for _, c := range a.locks {
-		o, own := m.owned[c.shard]
+		rec := m.shards.get(c.shard)
+		own := rec.state == shardOwned
 		// A change older than our lock (say the previous holder's delete,
 		// still queued when we acquired) says nothing about it.
-		if own && c.rev >= o.Epoch && (c.kind == storage.EventDelete || c.lock.LeaseID != lease || c.lock.Epoch != o.Epoch) {
-			m.log.Warn("shard lock lost", "shard", c.shard.String(), "epoch", o.Epoch, "event", c.kind.String(), "holder", c.lock.RunnerID)
+		if own && c.rev >= rec.epoch && (c.kind == storage.EventDelete || c.lock.LeaseID != lease || c.lock.Epoch != rec.epoch) {
+			m.log.Warn("shard lock lost", "shard", c.shard.String(), "epoch", rec.epoch, "event", c.kind.String(), "holder", c.lock.RunnerID)
 			m.lose(c.shard, LossLockLost, errors.New("membership stream: lock deleted or taken by another lease"))
 			own = false
 		}
@@ -86,20 +87,21 @@ func (m *Manager) absorb(batches []storage.MembershipBatch) reaction {
 // freedByLeavingLocked returns, sorted, the free shards the assignment
 // gives us, that we do not own and are not retrying (pending), whose last
 // holder is leaving in our view: drained (weight 0) or no longer
-// registered. It looks only at freedBy, which holds just the shards whose
-// lock is gone, so it stays cheap on every lock event. Under mu.
+// registered. It scans the shard table, which costs less than the
+// recompute every membership batch makes anyway. Under mu.
 func (m *Manager) freedByLeavingLocked() []storage.ShardID {
 	var out []storage.ShardID
-	for s, last := range m.freedBy {
-		if m.assignment[s] != m.self.ID || m.holders[s] != "" || last == m.self.ID {
+	for s, rec := range m.shards.all() {
+		// A shard freed by someone has no lock held in the view (see
+		// shardRecord.check).
+		last := rec.freedBy
+		if last == "" || m.assignment[s] != m.self.ID || last == m.self.ID {
 			continue
 		}
 		if r, registered := m.runners[last]; registered && r.Weight > 0 {
 			continue // a live runner's release: in transit to a newcomer
 		}
-		_, own := m.owned[s]
-		_, pending := m.pending[s]
-		if !own && !pending {
+		if rec.state != shardOwned && rec.state != shardPending {
 			out = append(out, s)
 		}
 	}
@@ -110,26 +112,15 @@ func (m *Manager) freedByLeavingLocked() []storage.ShardID {
 // verify checks every owned lock with one read; a lock that is not ours any
 // more interrupts its shard now.
 func (m *Manager) verify(ctx context.Context) {
-	_, gen, ss, ok := m.attachedGen()
+	gen, _, res, ok := m.verifyState(ctx, shardOwned)
 	if !ok {
-		return
-	}
-	m.mu.Lock()
-	shards := slices.Collect(maps.Keys(m.owned))
-	m.mu.Unlock()
-	if len(shards) == 0 {
-		return
-	}
-	res, err := ss.VerifyShards(ctx, shards)
-	m.storageResult("verify", err)
-	if err != nil {
 		return
 	}
 	m.mu.Lock()
 	if m.gen == gen {
 		for _, r := range res {
-			if o, own := m.owned[r.Shard]; own && (!r.Owned || r.Epoch != o.Epoch) {
-				m.log.Warn("shard lock lost", "shard", r.Shard.String(), "epoch", o.Epoch, "holder", r.Holder)
+			if rec := m.shards.get(r.Shard); rec.state == shardOwned && (!r.Owned || r.Epoch != rec.epoch) {
+				m.log.Warn("shard lock lost", "shard", r.Shard.String(), "epoch", rec.epoch, "holder", r.Holder)
 				m.lose(r.Shard, LossLockLost, errors.New("lock verification: not held by this lease"))
 			}
 		}
@@ -140,15 +131,36 @@ func (m *Manager) verify(ctx context.Context) {
 
 // lose ends an ownership without handoff, under mu.
 func (m *Manager) lose(s storage.ShardID, reason LossReason, err error) {
-	o, ok := m.owned[s]
-	if !ok {
+	rec := m.shards.get(s)
+	if rec.state != shardOwned || !m.moveLocked(s, free()) {
 		return
 	}
-	delete(m.owned, s)
+	o := rec.own
 	o.cancel(&LostError{Shard: s, Epoch: o.Epoch, Reason: reason, Err: err})
 	m.notify.push(notice{o: o.Ownership, lost: true, reason: reason})
-	m.metrics.owned.Set(float64(len(m.owned)))
 	if reason == LossLockLost {
 		m.metrics.locksLost.Inc()
 	}
+}
+
+// verifyState reads, with one VerifyShards call while attached, the locks of
+// the shards in state st. It reports false when there is nothing to act on:
+// detached, no such shard, or the read failed (the next pass tries again).
+func (m *Manager) verifyState(ctx context.Context, st shardState) (uint64, storage.Session, []storage.VerifyResult, bool) {
+	_, gen, ss, ok := m.attachedGen()
+	if !ok {
+		return 0, nil, nil, false
+	}
+	m.mu.Lock()
+	shards := m.shards.inState(st)
+	m.mu.Unlock()
+	if len(shards) == 0 {
+		return 0, nil, nil, false
+	}
+	res, err := ss.VerifyShards(ctx, shards)
+	m.storageResult("verify", err)
+	if err != nil {
+		return 0, nil, nil, false
+	}
+	return gen, ss, res, true
 }

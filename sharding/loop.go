@@ -2,7 +2,6 @@ package sharding
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/tenurehq/tenure/storage"
@@ -80,13 +79,12 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 	mine := m.assigned()
 	m.mu.Lock()
 	var release []storage.ShardID
-	for s := range m.owned {
+	for _, s := range m.shards.inState(shardOwned) {
 		if !mine[s] {
 			release = append(release, s)
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(release, cmpShard)
 	for _, s := range release {
 		if !m.release(ctx, s) {
 			break // detached or stopping: the rest waits for the next pass

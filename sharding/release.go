@@ -3,8 +3,6 @@ package sharding
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/tenurehq/tenure/storage"
@@ -20,11 +18,11 @@ func (m *Manager) release(ctx context.Context, s storage.ShardID) bool {
 	}
 	start := time.Now()
 	m.mu.Lock()
-	o, own := m.owned[s]
+	r := m.shards.get(s)
+	o := r.own
+	own := r.state == shardOwned && m.moveLocked(s, releasingOf(o))
 	if own {
-		delete(m.owned, s)
 		o.cancel(&LostError{Shard: s, Epoch: o.Epoch, Reason: LossReleased})
-		m.metrics.owned.Set(float64(len(m.owned)))
 	}
 	m.mu.Unlock()
 	if !own {
@@ -40,10 +38,13 @@ func (m *Manager) release(ctx context.Context, s storage.ShardID) bool {
 	if err != nil && !errors.Is(err, storage.ErrNotOwner) {
 		m.log.Warn("releasing a shard lock failed; it stays held by our lease until the next pass", "shard", s.String(), "err", err)
 		m.mu.Lock()
-		m.suspended[s] = o.Epoch
+		m.moveLocked(s, suspendedAt(o.Epoch))
 		m.mu.Unlock()
 		return ctx.Err() == nil
 	}
+	m.mu.Lock()
+	m.moveLocked(s, free())
+	m.mu.Unlock()
 	m.metrics.handoff.Observe(time.Since(start).Seconds())
 	m.log.Debug("shard released", "shard", s.String(), "epoch", o.Epoch, "took", time.Since(start))
 	return true
@@ -67,12 +68,11 @@ func (m *Manager) drain(ctx context.Context) error {
 	m.recompute()
 	for {
 		m.mu.Lock()
-		shards := slices.Collect(maps.Keys(m.owned))
+		shards := m.shards.inState(shardOwned)
 		m.mu.Unlock()
 		if len(shards) == 0 {
 			return nil
 		}
-		slices.SortFunc(shards, cmpShard)
 		for _, s := range shards {
 			if !m.release(ctx, s) {
 				return errors.New("sharding: drain interrupted: runner detached or stopping")
