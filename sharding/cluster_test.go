@@ -253,6 +253,9 @@ func (r *testRunner) stop(t testing.TB) {
 	if r.cancel == nil {
 		return
 	}
+	if err := r.mgr.checkShards(); err != nil {
+		t.Errorf("runner %s: %v", r.id, err)
+	}
 	r.running.Store(false)
 	r.cancel()
 	r.cancel = nil
@@ -260,6 +263,9 @@ func (r *testRunner) stop(t testing.TB) {
 	case err := <-r.done:
 		if err != nil {
 			t.Errorf("runner %s: Run: %v", r.id, err)
+		}
+		if err := r.mgr.checkStopped(); err != nil {
+			t.Errorf("runner %s: %v", r.id, err)
 		}
 	case <-time.After(15 * time.Second):
 		t.Errorf("runner %s: Run did not return", r.id)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,11 +22,16 @@ import (
 // shards the assignment gives it. It hands owned shards to a Handler.
 //
 // Invariants, kept under mu:
-//   - owned is empty unless the machine is attached, and every owned
-//     context derives from the attachment context of generation gen;
-//   - suspended holds the locks believed still ours while detached; they
-//     are re-verified before any of them is owned again;
+//   - a shard is Owned only while attached, and its context derives from
+//     the attachment context of generation gen;
+//   - a Suspended shard (a lock believed still ours while nothing runs) is
+//     re-verified before it is owned again;
+//   - a shard is Pending only while the assignment gives it to us;
 //   - only the loop goroutine makes lock calls (acquire, verify, release).
+//
+// A shard's states, their allowed transitions and the invariants of the
+// per-shard records are in shardstate.go, next to the one function that
+// changes them.
 type Manager struct {
 	store   Store
 	meta    storage.ClusterMeta
@@ -44,27 +49,26 @@ type Manager struct {
 	drainReq      chan chan error
 	debounce      *debouncer
 
-	mu        sync.Mutex
-	self      storage.RunnerInfo
-	session   storage.Session
-	draining  bool
-	attached  bool
-	gen       uint64
-	owned     map[storage.ShardID]*owned
-	suspended map[storage.ShardID]int64 // shard → epoch
-	pending   map[storage.ShardID]*pendingShard
-	runners   map[string]storage.RunnerInfo
-	// viewRev is the etcd revision the membership view (runners, holders)
-	// reflects: a listing or event no newer would move the view back in
-	// time (a fresh read that raced the stream), so it is skipped. See
-	// membership.go.
-	viewRev int64
-	holders Assignment // shard → holder's runner id, from the membership stream
-	// freedBy maps a shard whose lock is gone to the runner that held it,
-	// until the shard is locked again (see onLockEvents).
-	freedBy    Assignment
+	mu       sync.Mutex
+	self     storage.RunnerInfo
+	session  storage.Session
+	draining bool
+	attached bool
+	gen      uint64
+	// shards holds each shard's state: our lock's (free, pending, owned,
+	// releasing, suspended) and the lock the membership view shows.
+	shards  shardTable
+	runners map[string]storage.RunnerInfo
+	// viewRev is the etcd revision the membership view (runners, lock
+	// holders) reflects: a listing or event no newer would move the view
+	// back in time (a fresh read that raced the stream), so it is skipped.
+	// See membership.go.
+	viewRev    int64
 	assignment Assignment
 	running    bool
+
+	// badMoves counts refused shard state changes (bugs; see moveLocked).
+	badMoves atomic.Int64
 }
 
 // Option configures a Manager.
@@ -152,12 +156,8 @@ func New(store Store, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Con
 		membership:    make(chan storage.MembershipBatch, 64),
 		drainReq:      make(chan chan error),
 		self:          self,
-		owned:         map[storage.ShardID]*owned{},
-		suspended:     map[storage.ShardID]int64{},
-		pending:       map[storage.ShardID]*pendingShard{},
+		shards:        newShardTable(),
 		runners:       map[string]storage.RunnerInfo{},
-		holders:       Assignment{},
-		freedBy:       Assignment{},
 	}
 	m.debounce = &debouncer{delay: cfg.RebalanceDebounce, t: m.rebalanceSoon}
 	m.metrics = newMetrics(o.registry, m.deadlineLag)
@@ -222,8 +222,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	ss := m.session
-	clear(m.suspended)
-	clear(m.pending)
+	m.forgetLocked()
 	m.mu.Unlock()
 	if ss != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
@@ -318,19 +317,15 @@ func (m *Manager) Status() Status {
 		st.LeaseID = m.session.LeaseID()
 	}
 	// Between the machine's detach and the manager's handling of it the
-	// owned set still holds contexts that are already cancelled: a
-	// detached runner owns nothing, whatever the set says.
+	// Owned shards still hold contexts that are already cancelled: a
+	// detached runner owns nothing, whatever the table says.
 	if st.Attached {
-		for _, o := range m.owned {
-			st.Owned = append(st.Owned, o.Ownership)
+		for _, s := range m.shards.inState(shardOwned) {
+			st.Owned = append(st.Owned, m.shards.get(s).own.Ownership)
 		}
 	}
-	slices.SortFunc(st.Owned, func(a, b Ownership) int { return cmpShard(a.Shard, b.Shard) })
 	st.Assigned = m.assignment.ShardsOf(m.self.ID)
-	for s := range m.pending {
-		st.Pending = append(st.Pending, s)
-	}
-	slices.SortFunc(st.Pending, cmpShard)
+	st.Pending = m.shards.inState(shardPending)
 	return st
 }
 

@@ -100,19 +100,18 @@ func (m *Manager) applyLockLocked(ev storage.LockEvent) (lockChange, bool) {
 		m.freeLocked(ev.Shard)
 		return lockChange{shard: ev.Shard, kind: storage.EventDelete, rev: ev.Revision}, true
 	}
-	m.holders[ev.Shard] = ev.Lock.RunnerID
-	delete(m.freedBy, ev.Shard)
+	m.shards.observeHeld(ev.Shard, ev.Lock.RunnerID)
 	return lockChange{shard: ev.Shard, kind: storage.EventPut, lock: ev.Lock, rev: ev.Revision}, true
 }
 
 // freeLocked records that shard's lock is gone, remembering its last holder
-// (see freedBy).
+// (see shardRecord.freedBy). A lock of ours believed held while nothing
+// runs (Suspended) is gone with it.
 func (m *Manager) freeLocked(s storage.ShardID) {
-	delete(m.suspended, s)
-	if h := m.holders[s]; h != "" {
-		m.freedBy[s] = h
+	if m.shards.get(s).state == shardSuspended {
+		m.moveLocked(s, free())
 	}
-	delete(m.holders, s)
+	m.shards.observeFreed(s)
 }
 
 // replaceViewLocked makes a listing the view: runners and holders are
@@ -142,34 +141,32 @@ func (m *Manager) replaceViewLocked(b storage.MembershipBatch, a *absorbed) {
 	}
 	clear(m.runners)
 	maps.Copy(m.runners, runners)
-	gone := map[storage.ShardID]bool{}
-	for s := range m.holders {
-		if _, ok := held[s]; !ok {
-			gone[s] = true
+	// Gone: the locks the view held, and ours though the view may not show
+	// them yet. A Suspended lock missing from the listing is gone too.
+	var gone, suspendedGone []storage.ShardID
+	for s, rec := range m.shards.all() {
+		if _, ok := held[s]; ok {
+			continue
+		}
+		switch {
+		case rec.held || rec.state == shardOwned:
+			gone = append(gone, s)
+		case rec.state == shardSuspended:
+			suspendedGone = append(suspendedGone, s)
 		}
 	}
-	for s := range m.owned { // ours, though the view may not show it yet
-		if _, ok := held[s]; !ok {
-			gone[s] = true
-		}
-	}
-	for s := range gone {
+	for _, s := range gone {
 		m.freeLocked(s)
 		a.locks = append(a.locks, lockChange{shard: s, kind: storage.EventDelete, rev: b.Revision})
 	}
-	for s := range m.suspended {
-		if _, ok := held[s]; !ok {
-			delete(m.suspended, s)
-		}
+	for _, s := range suspendedGone {
+		m.moveLocked(s, free())
 	}
 	for s, l := range held {
-		if m.holders[s] == l.RunnerID {
-			if o, own := m.owned[s]; !own || o.Epoch == l.Epoch {
-				continue // nothing new about it
-			}
+		if rec := m.shards.get(s); rec.holder == l.RunnerID && (rec.state != shardOwned || rec.epoch == l.Epoch) {
+			continue // nothing new about it
 		}
-		m.holders[s] = l.RunnerID
-		delete(m.freedBy, s)
+		m.shards.observeHeld(s, l.RunnerID)
 		a.locks = append(a.locks, lockChange{shard: s, kind: storage.EventPut, lock: l, rev: l.Epoch})
 	}
 }
@@ -229,16 +226,16 @@ func (m *Manager) recomputeLocked() {
 		self.Weight = 0
 	}
 	cands = append(cands, self)
-	m.assignment = m.proc.Reassign(m.meta.Groups, m.meta.Shards, cands, m.holders)
+	m.assignment = m.proc.Reassign(m.meta.Groups, m.meta.Shards, cands, m.shards.holders())
 	n := 0
 	for _, r := range m.assignment {
 		if r == m.self.ID {
 			n++
 		}
 	}
-	for s := range m.pending { // no longer ours to wait for
+	for _, s := range m.shards.inState(shardPending) { // no longer ours to wait for
 		if m.assignment[s] != m.self.ID {
-			delete(m.pending, s)
+			m.moveLocked(s, free())
 		}
 	}
 	m.metrics.assigned.Set(float64(n))
@@ -247,7 +244,7 @@ func (m *Manager) recomputeLocked() {
 // mustRebalance reports whether the assignment takes away a shard we own,
 // under mu.
 func (m *Manager) mustRebalance() bool {
-	for s := range m.owned {
+	for _, s := range m.shards.inState(shardOwned) {
 		if m.assignment[s] != m.self.ID {
 			return true
 		}
