@@ -227,27 +227,25 @@ func (e *env) members() []*node { return e.nodes.Running() }
 // exactly as assigned, with nothing pending: no handoff is under way.
 func (e *env) waitSettled(within time.Duration) {
 	e.t.Helper()
-	testenv.WaitFor(e.t, "a settled assignment", within, func() bool {
-		n := 0
-		for _, m := range e.members() {
-			st := m.mgr.Status()
-			if !st.Attached || len(st.Pending) != 0 || len(st.Owned) != len(st.Assigned) {
-				return false
-			}
-			n += len(st.Owned)
-		}
-		return n == e.Meta.Shards
-	})
+	e.waitShards("a settled assignment", within, true)
 }
 
 // waitOwned waits until the running members own every shard between them.
 func (e *env) waitOwned(within time.Duration) {
 	e.t.Helper()
-	testenv.WaitFor(e.t, "every shard owned", within, func() bool {
+	e.waitShards("every shard owned", within, false)
+}
+
+// waitShards waits until the running members are attached and own every
+// shard between them, each (if settled) exactly as assigned with nothing
+// pending.
+func (e *env) waitShards(what string, within time.Duration, settled bool) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, what, within, func() bool {
 		n := 0
 		for _, m := range e.members() {
 			st := m.mgr.Status()
-			if !st.Attached {
+			if !st.Attached || settled && (len(st.Pending) != 0 || len(st.Owned) != len(st.Assigned)) {
 				return false
 			}
 			n += len(st.Owned)

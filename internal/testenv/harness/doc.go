@@ -23,6 +23,6 @@
 // internal tests import it): it is compiled into the tenure binary for
 // `tenure bench`, and an import of sharding, entity or runner would be a
 // cycle. Its functions return errors, for a test to fail on and the bench
-// to report. The servers themselves come from package testenv (tests) or the bench's
-// own embedded or given infrastructure.
+// to report. The servers themselves come from package testenv (tests) or
+// from the bench's own embedded or given infrastructure.
 package harness
