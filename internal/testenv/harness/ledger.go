@@ -23,12 +23,12 @@ type Span struct {
 // Overlaps, is that no shard is owned by two runners at once.
 type Ledger struct {
 	mu    sync.Mutex
-	spans []*Span
-	open  map[string]map[storage.ShardID]*Span // runner → shard → open span
+	spans []Span
+	open  map[string]map[storage.ShardID]int // runner → shard → index of its open span
 }
 
 // NewLedger returns an empty ledger.
-func NewLedger() *Ledger { return &Ledger{open: map[string]map[storage.ShardID]*Span{}} }
+func NewLedger() *Ledger { return &Ledger{open: map[string]map[storage.ShardID]int{}} }
 
 // Acquired opens a span: runner owns shard under epoch from now. It panics
 // if runner already has one open for shard: a handler was told of an
@@ -38,14 +38,13 @@ func (l *Ledger) Acquired(runner string, shard storage.ShardID, epoch int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[runner] == nil {
-		l.open[runner] = map[storage.ShardID]*Span{}
+		l.open[runner] = map[storage.ShardID]int{}
 	}
-	if prev := l.open[runner][shard]; prev != nil {
+	if _, dup := l.open[runner][shard]; dup {
 		panic(fmt.Sprintf("%s: shard %s acquired twice without an end", runner, shard))
 	}
-	s := &Span{Runner: runner, Shard: shard, Epoch: epoch, Start: time.Now()}
-	l.open[runner][shard] = s
-	l.spans = append(l.spans, s)
+	l.open[runner][shard] = len(l.spans)
+	l.spans = append(l.spans, Span{Runner: runner, Shard: shard, Epoch: epoch, Start: time.Now()})
 }
 
 // Ended closes runner's span of shard under epoch, now, for reason. It
@@ -54,11 +53,11 @@ func (l *Ledger) Acquired(runner string, shard storage.ShardID, epoch int64) {
 func (l *Ledger) Ended(runner string, shard storage.ShardID, epoch int64, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.open[runner][shard]
-	if s == nil || s.Epoch != epoch {
+	i, ok := l.open[runner][shard]
+	if !ok || l.spans[i].Epoch != epoch {
 		panic(fmt.Sprintf("%s: end of shard %s epoch %d that was not acquired", runner, shard, epoch))
 	}
-	s.End, s.Reason = time.Now(), reason
+	l.spans[i].End, l.spans[i].Reason = time.Now(), reason
 	delete(l.open[runner], shard)
 }
 
@@ -71,10 +70,15 @@ func (l *Ledger) AcquiredAfter(t time.Time) []Span { return l.spansFrom(t) }
 func (l *Ledger) spansFrom(t time.Time) []Span {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Span
-	for _, s := range l.spans {
-		if !s.Start.Before(t) {
-			out = append(out, *s)
+	return since(l.spans, func(s Span) time.Time { return s.Start }, t)
+}
+
+// since returns the items of xs stamped at or after t, in order.
+func since[T any](xs []T, stamp func(T) time.Time, t time.Time) []T {
+	var out []T
+	for _, x := range xs {
+		if !stamp(x).Before(t) {
+			out = append(out, x)
 		}
 	}
 	return out
@@ -110,7 +114,7 @@ func (l *Ledger) Handovers(runner, reason string, since time.Time) (ended int, g
 func (l *Ledger) Overlaps() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	by := map[storage.ShardID][]*Span{}
+	by := map[storage.ShardID][]Span{}
 	for _, s := range l.spans {
 		by[s.Shard] = append(by[s.Shard], s)
 	}

@@ -177,13 +177,7 @@ func (l *LockTimeline) Holders() map[storage.ShardID]string {
 func (l *LockTimeline) Since(from time.Time) []LockChange {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []LockChange
-	for _, ch := range l.changes {
-		if !ch.At.Before(from) {
-			out = append(out, ch)
-		}
-	}
-	return out
+	return since(l.changes, func(ch LockChange) time.Time { return ch.At }, from)
 }
 
 // Await returns the arrival time of the first event after which pred
