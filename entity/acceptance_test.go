@@ -76,29 +76,29 @@ func checkEntityOrder(t testing.TB, runs []execution, submitted map[string][]*ta
 	t.Helper()
 	byEntity := map[string][]execution{}
 	for _, x := range runs {
-		byEntity[x.entity] = append(byEntity[x.entity], x)
+		byEntity[x.Entity] = append(byEntity[x.Entity], x)
 	}
 	for ent, xs := range byEntity {
-		sort.Slice(xs, func(i, j int) bool { return xs[i].start.Before(xs[j].start) })
+		sort.Slice(xs, func(i, j int) bool { return xs[i].Start.Before(xs[j].Start) })
 		for i := 1; i < len(xs); i++ {
 			prev, cur := xs[i-1], xs[i]
-			end := prev.end
-			if !prev.cancelledAt.IsZero() && prev.cancelledAt.Before(end) {
-				end = prev.cancelledAt
+			end := prev.End
+			if !prev.CancelledAt.IsZero() && prev.CancelledAt.Before(end) {
+				end = prev.CancelledAt
 			}
-			if cur.start.Before(end) && prev.runner == cur.runner {
-				t.Fatalf("entity %s: %s started at %s while %s ran until %s on the same runner", ent, cur.taskID, cur.start.Format("05.000000"), prev.taskID, end.Format("05.000000"))
+			if cur.Start.Before(end) && prev.Runner == cur.Runner {
+				t.Fatalf("entity %s: %s started at %s while %s ran until %s on the same runner", ent, cur.TaskID, cur.Start.Format("05.000000"), prev.TaskID, end.Format("05.000000"))
 			}
-			if cur.start.Before(end) && prev.cancelledAt.IsZero() {
-				t.Fatalf("entity %s: %s (on %s) overlaps %s (on %s), which was not cancelled", ent, cur.taskID, cur.runner, prev.taskID, prev.runner)
+			if cur.Start.Before(end) && prev.CancelledAt.IsZero() {
+				t.Fatalf("entity %s: %s (on %s) overlaps %s (on %s), which was not cancelled", ent, cur.TaskID, cur.Runner, prev.TaskID, prev.Runner)
 			}
 		}
 		var order []string
 		seen := map[string]bool{}
 		for _, x := range xs {
-			if x.err == nil && !seen[x.taskID] {
-				seen[x.taskID] = true
-				order = append(order, x.taskID)
+			if x.Err == nil && !seen[x.TaskID] {
+				seen[x.TaskID] = true
+				order = append(order, x.TaskID)
 			}
 		}
 		var want []string
@@ -127,16 +127,16 @@ func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 	// Wait for a finished run of every task, not for 5000 starts: a run
 	// repeated after a detach counts as a start while a later task may not
 	// have run yet.
-	testenv.WaitFor(t, "a finished run of each of the 5000 tasks", 5*time.Minute, func() bool { return e.rec.finishedTasks() >= 5000 })
+	testenv.WaitFor(t, "a finished run of each of the 5000 tasks", 5*time.Minute, func() bool { return e.rec.FinishedTasks() >= 5000 })
 	t.Logf("5000 tasks ran within %s of the first submission", time.Since(start))
 
-	runs := e.rec.all()
+	runs := e.rec.All()
 	perTask := map[string]int{}
 	for _, x := range runs {
-		if x.err != nil {
-			t.Fatalf("task %s failed on %s: %v", x.taskID, x.runner, x.err)
+		if x.Err != nil {
+			t.Fatalf("task %s failed on %s: %v", x.TaskID, x.Runner, x.Err)
 		}
-		perTask[x.taskID]++
+		perTask[x.TaskID]++
 	}
 	// Delivery is at least once: a run whose commit could not be made
 	// before its shard moved is run again by the next owner. With no fault
@@ -157,8 +157,8 @@ func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 		}
 		last := time.Time{}
 		for _, x := range runs {
-			if x.taskID == id && x.start.After(last) {
-				last = x.start
+			if x.TaskID == id && x.Start.After(last) {
+				last = x.Start
 			}
 		}
 		if last.Before(firstDetach) {
@@ -202,7 +202,7 @@ func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 	}
 	byRunner := map[string]int{}
 	for _, x := range runs {
-		byRunner[x.runner]++
+		byRunner[x.Runner]++
 	}
 	t.Logf("runs per runner: %v", byRunner)
 }
@@ -221,17 +221,17 @@ func TestKillRunnerMidRun(t *testing.T) {
 		defer close(submittedc)
 		submitted = e.submitMany(60, 6, sleepInput{MS: 300})
 	}()
-	testenv.WaitFor(t, "a third of the tasks started", time.Minute, func() bool { return e.rec.starts.Load() >= 120 })
+	testenv.WaitFor(t, "a third of the tasks started", time.Minute, func() bool { return e.rec.Starts() >= 120 })
 	killedAt := time.Now()
 	running := map[string]int{}
-	for _, x := range e.rec.all() {
-		if x.end.IsZero() {
-			running[x.runner]++
+	for _, x := range e.rec.All() {
+		if x.End.IsZero() {
+			running[x.Runner]++
 		}
 	}
 	t.Logf("running at the kill: %v; k1 owns %d shards", running, len(nodes[0].mgr.Owned()))
 	nodes[0].kill()
-	t.Logf("killed k1 after %d starts", e.rec.starts.Load())
+	t.Logf("killed k1 after %d starts", e.rec.Starts())
 	<-submittedc
 
 	var all []*task.Task
@@ -260,23 +260,23 @@ func TestKillRunnerMidRun(t *testing.T) {
 	}
 	// No task ran on two runners at once unless the first was cancelled.
 	byTask := map[string][]execution{}
-	for _, x := range e.rec.all() {
-		byTask[x.taskID] = append(byTask[x.taskID], x)
+	for _, x := range e.rec.All() {
+		byTask[x.TaskID] = append(byTask[x.TaskID], x)
 	}
 	for id, xs := range byTask {
 		for i := range xs {
 			for j := range xs {
 				a, b := xs[i], xs[j]
-				if i == j || !a.start.Before(b.start) {
+				if i == j || !a.Start.Before(b.Start) {
 					continue
 				}
-				if b.start.Before(a.end) && (a.cancelledAt.IsZero() || a.cancelledAt.After(b.start)) {
-					t.Fatalf("task %s ran on %s and %s at once", id, a.runner, b.runner)
+				if b.Start.Before(a.End) && (a.CancelledAt.IsZero() || a.CancelledAt.After(b.Start)) {
+					t.Fatalf("task %s ran on %s and %s at once", id, a.Runner, b.Runner)
 				}
 			}
 		}
 	}
-	checkEntityOrder(t, e.rec.all(), submitted)
+	checkEntityOrder(t, e.rec.All(), submitted)
 }
 
 // counterValue reads a counter or gauge of a runner's registry.
@@ -313,8 +313,8 @@ func TestDetachFencesZombie(t *testing.T) {
 	e.start("heir", e.standard)
 	tk := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true}), MaxAttempts: 5})
 	testenv.WaitFor(t, "the task to run on the first runner", 10*time.Second, func() bool {
-		runs := e.rec.all()
-		return len(runs) == 1 && runs[0].runner == "zombie"
+		runs := e.rec.All()
+		return len(runs) == 1 && runs[0].Runner == "zombie"
 	})
 	// What a paused zombie holds: the claimed object and its ETag.
 	stale, staleEtag, err := e.tasks.Load(ctxFor(t, 10*time.Second), tk.Shard, tk.ID)
@@ -327,16 +327,16 @@ func TestDetachFencesZombie(t *testing.T) {
 	// cancelled, and the handler's context derives from it: by now it has
 	// ended, at the transition's time, before the deadline minus margin.
 	det := a.detaches()[0]
-	first := e.rec.all()[0]
+	first := e.rec.All()[0]
 	limit := det.Deadline.Add(-e.scfg.Detachment.DetachMargin)
-	if first.ctx.Err() == nil || det.At.After(limit) {
-		t.Fatalf("detached at %v with the handler's context ended: %v; the lease deadline minus margin was %v", det.At, first.ctx.Err() != nil, limit)
+	if first.Ctx.Err() == nil || det.At.After(limit) {
+		t.Fatalf("detached at %v with the handler's context ended: %v; the lease deadline minus margin was %v", det.At, first.Ctx.Err() != nil, limit)
 	}
-	testenv.WaitFor(t, "the handler to see its cancellation", 5*time.Second, func() bool { return !e.rec.all()[0].cancelledAt.IsZero() })
+	testenv.WaitFor(t, "the handler to see its cancellation", 5*time.Second, func() bool { return !e.rec.All()[0].CancelledAt.IsZero() })
 	// The heir takes the shard once the lease expires, and the task over.
 	testenv.WaitFor(t, "the heir to run the task", 20*time.Second, func() bool {
-		for _, x := range e.rec.all() {
-			if x.runner == "heir" {
+		for _, x := range e.rec.All() {
+			if x.Runner == "heir" {
 				return true
 			}
 		}
@@ -381,8 +381,8 @@ func TestPlannedHandoffRequeues(t *testing.T) {
 		refs = append(refs, e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{MS: 3000})}).Ref())
 	}
 	testenv.WaitFor(t, "tasks running on the drainer", 10*time.Second, func() bool {
-		for _, x := range e.rec.all() {
-			if x.runner == "drainer" {
+		for _, x := range e.rec.All() {
+			if x.Runner == "drainer" {
 				return true
 			}
 		}
@@ -396,35 +396,35 @@ func TestPlannedHandoffRequeues(t *testing.T) {
 			t.Fatalf("%s ended %s", ref, got.Status)
 		}
 	}
-	runs := e.rec.all()
+	runs := e.rec.All()
 	handed := 0
 	for _, x := range runs {
-		if x.runner != "drainer" || x.cancelledAt.IsZero() {
+		if x.Runner != "drainer" || x.CancelledAt.IsZero() {
 			continue
 		}
 		handed++
 		var next *execution
 		for i := range runs {
 			y := runs[i]
-			if y.taskID == x.taskID && y.runner == "heir" && y.start.After(x.cancelledAt) {
+			if y.TaskID == x.TaskID && y.Runner == "heir" && y.Start.After(x.CancelledAt) {
 				next = &y
 				break
 			}
 		}
 		if next == nil {
-			t.Fatalf("task %s was interrupted on the drainer but never ran on the heir", x.taskID)
+			t.Fatalf("task %s was interrupted on the drainer but never ran on the heir", x.TaskID)
 		}
-		if gap := next.start.Sub(x.cancelledAt); gap > time.Second {
-			t.Fatalf("task %s picked up %s after the handoff; want within 1s", x.taskID, gap)
+		if gap := next.Start.Sub(x.CancelledAt); gap > time.Second {
+			t.Fatalf("task %s picked up %s after the handoff; want within 1s", x.TaskID, gap)
 		} else {
-			t.Logf("task %s picked up %s after the handoff", x.taskID, gap)
+			t.Logf("task %s picked up %s after the handoff", x.TaskID, gap)
 		}
-		tk, err := e.client.Get(ctxFor(t, 5*time.Second), refOf(refs, x.taskID))
+		tk, err := e.client.Get(ctxFor(t, 5*time.Second), refOf(refs, x.TaskID))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if tk.Attempt != 1 {
-			t.Fatalf("handed-over task %s used attempt %d: a handoff must not count", x.taskID, tk.Attempt)
+			t.Fatalf("handed-over task %s used attempt %d: a handoff must not count", x.TaskID, tk.Attempt)
 		}
 	}
 	if handed == 0 {

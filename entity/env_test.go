@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +18,7 @@ import (
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -26,15 +27,14 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// env is a test cluster: one etcd namespace and one S3 bucket, shared by
-// runners started in this process, each with its own etcd connection
-// through a proxy (to partition it) and its own task store.
+// env is a test cluster: one etcd namespace and one S3 bucket (see
+// package harness), shared by runners started in this process, each with
+// its own etcd connection through a proxy (to partition it) and its own
+// task store.
 type env struct {
+	*harness.Cluster
 	t      testing.TB
 	srv    *testenv.Etcd
-	ns     string
-	meta   storage.ClusterMeta
-	bucket string
 	ops    *opCounter
 	tasks  *task.Store // the submitters' store
 	client *task.Client
@@ -51,24 +51,20 @@ type env struct {
 	// waiting.
 	skew *atomic.Int64
 
-	mu    sync.Mutex
-	nodes map[string]*node
+	nodes harness.Members[*node]
 }
 
 // node is one runner: manager and host.
 type node struct {
-	id     string
-	env    *env
-	proxy  *testenv.Proxy
-	rs     *etcd.Store
-	mgr    *sharding.Manager
-	host   *Host
-	reg    *prometheus.Registry
-	cancel context.CancelFunc
-	done   chan error
-
-	mu          sync.Mutex
-	transitions []detachment.Transition
+	*harness.Run
+	id          string
+	env         *env
+	proxy       *testenv.Proxy
+	rs          *etcd.Store
+	mgr         *sharding.Manager
+	host        *Host
+	reg         *prometheus.Registry
+	transitions harness.Transitions
 }
 
 func testShardingConfig() sharding.Config {
@@ -92,26 +88,25 @@ func testEntityConfig() Config {
 
 func newEnv(t testing.TB, shards int) *env {
 	t.Helper()
-	s3 := testenv.SharedS3(t)
+	srv, s3 := testenv.SharedEtcd(t), testenv.SharedS3(t)
+	ak, sk := s3.Credentials()
 	e := &env{
-		t:      t,
-		srv:    testenv.SharedEtcd(t),
-		ns:     testenv.Prefix(t),
-		meta:   storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
-		bucket: s3.Bucket(t),
-		ops:    &opCounter{counts: map[string]int{}},
-		rec:    newRecorder(),
-		scfg:   testShardingConfig(),
-		ecfg:   testEntityConfig(),
-		logs:   newLogSink(t),
-		nodes:  map[string]*node{},
+		Cluster: harness.New(t, harness.Spec{Etcd: srv.Endpoint(), Prefix: testenv.Prefix(t),
+			Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
+			S3:   harness.S3{Endpoint: s3.Endpoint(), Region: s3.Region(), AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}}),
+		t:    t,
+		srv:  srv,
+		ops:  &opCounter{counts: map[string]int{}},
+		rec:  &recorder{harness.NewRecorder()},
+		scfg: testShardingConfig(),
+		ecfg: testEntityConfig(),
+		logs: newLogSink(t),
 	}
 	e.tasks = e.newTaskStore()
-	waker, err := etcd.New(e.srv.Client(t), etcd.WithPrefix(e.ns))
+	waker, err := e.Store(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waker.Close() })
 	e.client, err = task.NewClient(e.tasks, task.ClientConfig{Shards: shards, Waker: waker, Logger: e.logs.logger("client"),
 		Defaults: task.SubmitDefaults{Retry: task.RetryPolicy{Initial: task.Duration(200 * time.Millisecond), Max: task.Duration(2 * time.Second), Multiplier: 2, Jitter: 0.2}}})
 	if err != nil {
@@ -127,7 +122,7 @@ func (e *env) newTaskStore() *task.Store { return e.runnerTaskStore("") }
 func (e *env) runnerTaskStore(runner string) *task.Store {
 	s3 := testenv.SharedS3(e.t)
 	var obj storage.ObjectStore
-	obj, err := s3store.New(s3.Client(), e.bucket, s3store.WithPrefix("tenure/test/"), s3store.WithObserver(e.ops.observe))
+	obj, err := s3store.New(s3.Client(), e.S3.Bucket, s3store.WithPrefix("tenure/test/"), s3store.WithObserver(e.ops.observe))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -152,54 +147,35 @@ type registerFunc func(n *node, h *Host)
 func (e *env) start(id string, register registerFunc) *node {
 	t := e.t
 	t.Helper()
-	u, err := url.Parse(e.srv.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewProxy(t, u.Host)
-	cli := testenv.ClientAt(t, "http://"+p.Addr())
-	rs, err := etcd.New(cli, etcd.WithPrefix(e.ns), etcd.WithRequestTimeout(time.Second),
+	rs, p, err := e.ProxiedStore(context.Background(), etcd.WithRequestTimeout(time.Second),
 		etcd.WithKeepAliveInterval(e.scfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(e.scfg.KeepAliveTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rs.Close() })
-	n := &node{id: id, env: e, proxy: p, rs: rs, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	n := &node{id: id, env: e, proxy: p, rs: rs, reg: prometheus.NewRegistry()}
 	n.host, err = NewHost(e.runnerTaskStore(id), rs, id, e.ecfg, WithRegistry(n.reg), WithLogger(e.logs.logger(id)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	register(n, n.host)
 	self := storage.RunnerInfo{ID: id, Weight: 1, Groups: []string{storage.DefaultGroup}, Version: "test"}
-	n.mgr, err = sharding.New(rs, self, e.meta, e.scfg, sharding.WithHandler(n.host), sharding.WithRegistry(n.reg), sharding.WithLogger(e.logs.logger(id)))
+	n.mgr, err = sharding.New(rs, self, e.Meta, e.scfg, sharding.WithHandler(n.host), sharding.WithRegistry(n.reg), sharding.WithLogger(e.logs.logger(id)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.mgr.Machine().Subscribe(func(tr detachment.Transition) {
-		n.mu.Lock()
-		n.transitions = append(n.transitions, tr)
-		n.mu.Unlock()
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	go func() { n.done <- n.mgr.Run(ctx) }()
-	t.Cleanup(func() { n.stop() })
-	e.mu.Lock()
-	e.nodes[id] = n
-	e.mu.Unlock()
+	n.mgr.Machine().Subscribe(n.transitions.Record)
+	n.Run = harness.Go(n.mgr.Run)
+	t.Cleanup(n.stop)
+	e.nodes.Add(id, n)
 	return n
 }
 
 // stop shuts the runner down (interrupt, revoke) and closes its host.
 func (n *node) stop() {
-	if n.cancel == nil {
+	if !n.Running() {
 		return
 	}
-	n.cancel()
-	n.cancel = nil
-	select {
-	case <-n.done:
-	case <-time.After(20 * time.Second):
+	if err := n.Stop(20 * time.Second); errors.Is(err, harness.ErrStopTimeout) {
 		n.env.t.Errorf("runner %s did not stop", n.id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -216,25 +192,13 @@ func (n *node) kill() {
 	n.stop()
 }
 
-func (n *node) detaches() []detachment.Transition {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var out []detachment.Transition
-	for _, tr := range n.transitions {
-		if tr.Kind == detachment.Detached {
-			out = append(out, tr)
-		}
-	}
-	return out
-}
+func (n *node) detaches() []detachment.Transition { return n.transitions.Of(detachment.Detached) }
 
 // firstDetach is the time of the first detach of any runner of the env,
 // zero if none detached.
 func (e *env) firstDetach() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var first time.Time
-	for _, n := range e.nodes {
+	for _, n := range e.nodes.All() {
 		for _, tr := range n.detaches() {
 			if first.IsZero() || tr.At.Before(first) {
 				first = tr.At
@@ -246,10 +210,8 @@ func (e *env) firstDetach() time.Time {
 
 // detachReasons lists every runner's detaches, for the log.
 func (e *env) detachReasons() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var out []string
-	for _, n := range e.nodes {
+	for _, n := range e.nodes.All() {
 		for _, tr := range n.detaches() {
 			out = append(out, fmt.Sprintf("%s: %v at %s (%v)", n.id, tr.Reason, tr.At.Format("05.000000"), tr.Err))
 		}
@@ -258,49 +220,37 @@ func (e *env) detachReasons() []string {
 	return out
 }
 
-func (e *env) members() []*node {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []*node
-	for _, n := range e.nodes {
-		if n.cancel != nil {
-			out = append(out, n)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	return out
-}
+// members returns the running runners, by id.
+func (e *env) members() []*node { return e.nodes.Running() }
 
 // waitSettled waits until the running members own every shard between them
 // exactly as assigned, with nothing pending: no handoff is under way.
 func (e *env) waitSettled(within time.Duration) {
 	e.t.Helper()
-	testenv.WaitFor(e.t, "a settled assignment", within, func() bool {
-		n := 0
-		for _, m := range e.members() {
-			st := m.mgr.Status()
-			if !st.Attached || len(st.Pending) != 0 || len(st.Owned) != len(st.Assigned) {
-				return false
-			}
-			n += len(st.Owned)
-		}
-		return n == e.meta.Shards
-	})
+	e.waitShards("a settled assignment", within, true)
 }
 
 // waitOwned waits until the running members own every shard between them.
 func (e *env) waitOwned(within time.Duration) {
 	e.t.Helper()
-	testenv.WaitFor(e.t, "every shard owned", within, func() bool {
+	e.waitShards("every shard owned", within, false)
+}
+
+// waitShards waits until the running members are attached and own every
+// shard between them, each (if settled) exactly as assigned with nothing
+// pending.
+func (e *env) waitShards(what string, within time.Duration, settled bool) {
+	e.t.Helper()
+	testenv.WaitFor(e.t, what, within, func() bool {
 		n := 0
 		for _, m := range e.members() {
 			st := m.mgr.Status()
-			if !st.Attached {
+			if !st.Attached || settled && (len(st.Pending) != 0 || len(st.Owned) != len(st.Assigned)) {
 				return false
 			}
 			n += len(st.Owned)
 		}
-		return n == e.meta.Shards
+		return n == e.Meta.Shards
 	})
 }
 
@@ -353,82 +303,11 @@ func (c *opCounter) snapshot() map[string]int {
 }
 
 // execution is one handler run, as the handler saw it.
-type execution struct {
-	runner, taskID, entity string
-	attempt                int
-	start, end             time.Time
-	cancelledAt            time.Time // when its context ended, if before end
-	err                    error
-	// ctx is the handler's context: whether it has ended can be read at
-	// once, before the AfterFunc setting cancelledAt has run.
-	ctx context.Context
-}
+type execution = harness.Execution
 
-// recorder logs every handler run with one clock.
-type recorder struct {
-	mu     sync.Mutex
-	runs   []*execution
-	starts atomic.Int64
-}
-
-func newRecorder() *recorder { return &recorder{} }
-
-// begin records a handler start and watches its context.
-func (r *recorder) begin(ctx context.Context, runner string, t *task.Task) *execution {
-	x := &execution{runner: runner, taskID: t.ID, entity: t.Entity, attempt: t.Attempt, start: time.Now(), ctx: ctx}
-	r.mu.Lock()
-	r.runs = append(r.runs, x)
-	r.mu.Unlock()
-	r.starts.Add(1)
-	context.AfterFunc(ctx, func() {
-		r.mu.Lock()
-		if x.end.IsZero() {
-			x.cancelledAt = time.Now()
-		}
-		r.mu.Unlock()
-	})
-	return x
-}
-
-// cancelled notes that the run saw its context end (the AfterFunc may not
-// have run yet).
-func (r *recorder) cancelled(x *execution) {
-	r.mu.Lock()
-	if x.cancelledAt.IsZero() {
-		x.cancelledAt = time.Now()
-	}
-	r.mu.Unlock()
-}
-
-func (r *recorder) finish(x *execution, err error) {
-	r.mu.Lock()
-	x.end, x.err = time.Now(), err
-	r.mu.Unlock()
-}
-
-// finishedTasks counts the tasks with at least one run that ended without
-// an error.
-func (r *recorder) finishedTasks() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	done := make(map[string]bool, len(r.runs))
-	for _, x := range r.runs {
-		if !x.end.IsZero() && x.err == nil {
-			done[x.taskID] = true
-		}
-	}
-	return len(done)
-}
-
-func (r *recorder) all() []execution {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]execution, len(r.runs))
-	for i, x := range r.runs {
-		out[i] = *x
-	}
-	return out
-}
+// recorder logs every handler run with one clock; its work is the body of
+// the test handlers.
+type recorder struct{ *harness.Recorder }
 
 // sleepInput is the input of the test handlers.
 type sleepInput struct {
@@ -447,18 +326,18 @@ func input(v sleepInput) json.RawMessage {
 // work is the body of the test handlers: it records the run, obeys the
 // input, and returns {"runner": id, "n": count}.
 func (r *recorder) work(ctx context.Context, runner string, t *task.Task, count int) (json.RawMessage, error) {
-	x := r.begin(ctx, runner, t)
+	x := r.Begin(execution{Runner: runner, TaskID: t.ID, Entity: t.Entity, Attempt: t.Attempt, Ctx: ctx})
 	var in sleepInput
 	if len(t.Input) > 0 {
 		if err := json.Unmarshal(t.Input, &in); err != nil {
-			r.finish(x, err)
+			r.Finish(x, err)
 			return nil, Permanent(err)
 		}
 	}
 	var err error
 	switch {
 	case in.Panic:
-		r.finish(x, fmt.Errorf("panic"))
+		r.Finish(x, fmt.Errorf("panic"))
 		panic("test handler panics on purpose")
 	case in.Perm:
 		err = Permanent(fmt.Errorf("permanently broken"))
@@ -467,16 +346,16 @@ func (r *recorder) work(ctx context.Context, runner string, t *task.Task, count 
 	case in.Block:
 		<-ctx.Done()
 		err = context.Cause(ctx)
-		r.cancelled(x)
+		r.Cancelled(x)
 	case in.MS > 0:
 		select {
 		case <-time.After(time.Duration(in.MS) * time.Millisecond):
 		case <-ctx.Done():
 			err = context.Cause(ctx)
-			r.cancelled(x)
+			r.Cancelled(x)
 		}
 	}
-	r.finish(x, err)
+	r.Finish(x, err)
 	if err != nil {
 		return nil, err
 	}

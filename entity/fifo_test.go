@@ -63,14 +63,14 @@ func TestYoungOrphanStartsWithoutReconciliation(t *testing.T) {
 	if got := e.final(tk.Ref(), 20*time.Second); got.Status != task.Completed {
 		t.Fatalf("first task %s", got.Status)
 	}
-	runs := e.rec.all()
-	if len(runs) != 2 || runs[0].taskID != tk.ID || runs[1].taskID != second.ID {
+	runs := e.rec.All()
+	if len(runs) != 2 || runs[0].TaskID != tk.ID || runs[1].TaskID != second.ID {
 		t.Fatalf("runs %+v; want the first task, then the second", runs)
 	}
-	if runs[1].start.Before(runs[0].end) {
+	if runs[1].Start.Before(runs[0].End) {
 		t.Fatal("the entity's tasks overlapped")
 	}
-	if waited := runs[0].start.Sub(released); waited > 5*time.Second {
+	if waited := runs[0].Start.Sub(released); waited > 5*time.Second {
 		t.Fatalf("the first task started %s after its object was written", waited)
 	} else {
 		t.Logf("the first task started %s after its object was written", waited.Round(time.Millisecond))
@@ -126,8 +126,8 @@ func TestEntityOrderUnderS3Faults(t *testing.T) {
 				}
 			}
 			var lastOne, firstTwo *execution
-			for _, x := range e.rec.all() {
-				switch x.taskID {
+			for _, x := range e.rec.All() {
+				switch x.TaskID {
 				case one.ID:
 					lastOne = &x
 				case two.ID:
@@ -139,9 +139,9 @@ func TestEntityOrderUnderS3Faults(t *testing.T) {
 			if lastOne == nil || firstTwo == nil {
 				t.Fatal("a task never ran")
 			}
-			if firstTwo.start.Before(lastOne.end) {
+			if firstTwo.Start.Before(lastOne.End) {
 				t.Fatalf("the second task started at %s, before the first one's last run ended at %s",
-					firstTwo.start.Format("05.000"), lastOne.end.Format("05.000"))
+					firstTwo.Start.Format("05.000"), lastOne.End.Format("05.000"))
 			}
 			flaky.mu.Lock()
 			failed := flaky.failed
@@ -156,8 +156,8 @@ func TestEntityOrderUnderS3Faults(t *testing.T) {
 
 func runsOf(r *recorder, id string) int {
 	n := 0
-	for _, x := range r.all() {
-		if x.taskID == id {
+	for _, x := range r.All() {
+		if x.TaskID == id {
 			n++
 		}
 	}

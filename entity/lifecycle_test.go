@@ -62,13 +62,13 @@ func TestRetriesHonourAvailableAt(t *testing.T) {
 		t.Fatalf("error history holds %d failures, want 3: %+v", failures, got.History)
 	}
 	// Replay: the task runs again (and fails again, the same 3 attempts).
-	before := e.rec.starts.Load()
+	before := e.rec.Starts()
 	if _, err := e.client.Replay(ctxFor(t, 10*time.Second), doomed.Ref()); err != nil {
 		t.Fatal(err)
 	}
 	got = e.final(doomed.Ref(), 30*time.Second)
-	if got.Status != task.Failed || e.rec.starts.Load()-before != 3 {
-		t.Fatalf("replay: %s, %d more runs", got.Status, e.rec.starts.Load()-before)
+	if got.Status != task.Failed || e.rec.Starts()-before != 3 {
+		t.Fatalf("replay: %s, %d more runs", got.Status, e.rec.Starts()-before)
 	}
 
 	perm := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Perm: true}), MaxAttempts: 5})
@@ -108,17 +108,17 @@ func TestCancelRunning(t *testing.T) {
 	e.start("solo", e.standard)
 	e.waitOwned(10 * time.Second)
 	tk := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true})})
-	testenv.WaitFor(t, "the handler to start", 10*time.Second, func() bool { return e.rec.starts.Load() == 1 })
+	testenv.WaitFor(t, "the handler to start", 10*time.Second, func() bool { return e.rec.Starts() == 1 })
 	asked := time.Now()
 	if _, err := e.client.Cancel(ctxFor(t, 10*time.Second), tk.Ref()); err != nil {
 		t.Fatal(err)
 	}
 	got := e.final(tk.Ref(), 10*time.Second)
-	run := e.rec.all()[0]
-	if got.Status != task.Cancelled || run.cancelledAt.IsZero() {
-		t.Fatalf("task %s; handler cancelled at %v", got.Status, run.cancelledAt)
+	run := e.rec.All()[0]
+	if got.Status != task.Cancelled || run.CancelledAt.IsZero() {
+		t.Fatalf("task %s; handler cancelled at %v", got.Status, run.CancelledAt)
 	}
-	t.Logf("handler stopped %s after the cancel request", run.cancelledAt.Sub(asked))
+	t.Logf("handler stopped %s after the cancel request", run.CancelledAt.Sub(asked))
 	later := e.submit(task.SubmitRequest{Type: "job", Delay: time.Hour})
 	if got, err := e.client.Cancel(ctxFor(t, 10*time.Second), later.Ref()); err != nil || got.Status != task.Cancelled {
 		t.Fatalf("cancel of a pending task: %v %v", got, err)

@@ -70,7 +70,7 @@ func TestOrphanWokenWhileLookedAt(t *testing.T) {
 	gate := &gatedCreate{reached: make(chan struct{}), release: make(chan struct{})}
 	base := e.newTaskStore()
 	gate.ObjectStore = base.Objects()
-	waker, err := etcd.New(e.srv.Client(t), etcd.WithPrefix(e.ns))
+	waker, err := etcd.New(e.srv.Client(t), etcd.WithPrefix(e.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestRenewalKeepsClaimAlive(t *testing.T) {
 	e.waitOwned(10 * time.Second)
 	runFor := 3*e.ecfg.TaskLease + 2*time.Second
 	tk := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{MS: int(runFor / time.Millisecond)})})
-	testenv.WaitFor(t, "the task to run", 10*time.Second, func() bool { return e.rec.starts.Load() == 1 })
+	testenv.WaitFor(t, "the task to run", 10*time.Second, func() bool { return e.rec.Starts() == 1 })
 
 	var first *task.Claim
 	var leases []time.Time
@@ -74,8 +74,8 @@ func TestRenewalKeepsClaimAlive(t *testing.T) {
 	t.Logf("the lease moved %d times in %s: %s … %s", len(leases)-1, runFor,
 		leases[0].Format("05.000"), leases[len(leases)-1].Format("05.000"))
 	final := e.final(tk.Ref(), 10*time.Second)
-	if final.Attempt != 1 || len(e.rec.all()) != 1 {
-		t.Fatalf("attempt %d, %d executions; want 1 and 1", final.Attempt, len(e.rec.all()))
+	if final.Attempt != 1 || len(e.rec.All()) != 1 {
+		t.Fatalf("attempt %d, %d executions; want 1 and 1", final.Attempt, len(e.rec.All()))
 	}
 }
 
@@ -88,7 +88,7 @@ func TestRenewalRefusedCancelsHandler(t *testing.T) {
 	n := e.start("loser", e.standard)
 	e.waitOwned(10 * time.Second)
 	tk := e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true})})
-	testenv.WaitFor(t, "the task to run", 10*time.Second, func() bool { return e.rec.starts.Load() == 1 })
+	testenv.WaitFor(t, "the task to run", 10*time.Second, func() bool { return e.rec.Starts() == 1 })
 	ctx := ctxFor(t, 30*time.Second)
 	cur, etag, err := e.tasks.Load(ctx, tk.Shard, tk.ID)
 	if err != nil {
@@ -106,9 +106,9 @@ func TestRenewalRefusedCancelsHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	taken := time.Now()
-	testenv.WaitFor(t, "the handler to be cancelled", 2*e.ecfg.TaskLease, func() bool { return e.rec.all()[0].ctx.Err() != nil })
-	x := e.rec.all()[0]
-	if cause := context.Cause(x.ctx); !errors.Is(cause, errClaimLost) {
+	testenv.WaitFor(t, "the handler to be cancelled", 2*e.ecfg.TaskLease, func() bool { return e.rec.All()[0].Ctx.Err() != nil })
+	x := e.rec.All()[0]
+	if cause := context.Cause(x.Ctx); !errors.Is(cause, errClaimLost) {
 		t.Fatalf("handler cancelled with %v, want %v", cause, errClaimLost)
 	}
 	t.Logf("handler cancelled %s after the takeover (renewal every %s)", time.Since(taken).Round(time.Millisecond), e.ecfg.TaskLease/3)

@@ -29,7 +29,7 @@ func (e *env) taskKeys() []string {
 // env.skew).
 func (e *env) skewedClient() *task.Client {
 	e.t.Helper()
-	c, err := task.NewClient(e.runnerTaskStore("skewed-client"), task.ClientConfig{Shards: e.meta.Shards, Logger: e.logs.logger("skewed-client")})
+	c, err := task.NewClient(e.runnerTaskStore("skewed-client"), task.ClientConfig{Shards: e.Meta.Shards, Logger: e.logs.logger("skewed-client")})
 	if err != nil {
 		e.t.Fatal(err)
 	}

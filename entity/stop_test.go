@@ -89,7 +89,7 @@ func TestOnStopSeenBySuccessor(t *testing.T) {
 	e.scfg.InterruptTimeout = 5 * time.Second
 	e.ecfg.InterruptTimeout = 5 * time.Second
 	s3 := testenv.SharedS3(t)
-	state, err := s3store.New(s3.Client(), e.bucket, s3store.WithPrefix("tenure/test-ledger/"))
+	state, err := s3store.New(s3.Client(), e.S3.Bucket, s3store.WithPrefix("tenure/test-ledger/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestInterruptOverrunsCountedAndNamed(t *testing.T) {
 			tk := e.submit(task.SubmitRequest{Type: "stubborn"})
 			e.submit(task.SubmitRequest{Type: "job", Input: input(sleepInput{Block: true})})
 			testenv.WaitFor(t, "both handlers running", 10*time.Second, func() bool {
-				return stub.runs(tk.ID) == 1 && e.rec.starts.Load() == 1
+				return stub.runs(tk.ID) == 1 && e.rec.Starts() == 1
 			})
 			interrupted := time.Now()
 			switch path {
@@ -215,7 +215,7 @@ func TestInterruptOverrunsCountedAndNamed(t *testing.T) {
 				// Someone deletes the lock while the runner is attached.
 				cli := e.srv.Client(t)
 				ctx := ctxFor(t, 5*time.Second)
-				if _, err := cli.Delete(ctx, e.ns+"shards/", clientv3.WithPrefix()); err != nil {
+				if _, err := cli.Delete(ctx, e.Prefix+"shards/", clientv3.WithPrefix()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -248,7 +248,7 @@ func TestInterruptOverrunsCountedAndNamed(t *testing.T) {
 				// The runner takes its shard back; the task, whose
 				// handler still runs here, is not started again.
 				testenv.WaitFor(t, "the shard owned again", 10*time.Second, func() bool { return len(n.mgr.Owned()) == 1 })
-				testenv.WaitFor(t, "the polite task to run again", 10*time.Second, func() bool { return e.rec.starts.Load() >= 2 })
+				testenv.WaitFor(t, "the polite task to run again", 10*time.Second, func() bool { return e.rec.Starts() >= 2 })
 				if r := stub.runs(tk.ID); r != 1 {
 					t.Errorf("the stubborn task started %d times while its first handler ran", r)
 				}
@@ -284,11 +284,11 @@ func TestStopRevokesAfterHandlersReturn(t *testing.T) {
 	e.submit(task.SubmitRequest{Type: "slowstop", MaxAttempts: 1})
 	waitClosed(t, running, "the handler to run")
 	cli := e.srv.Client(t)
-	cur, err := cli.Get(ctxFor(t, 5*time.Second), e.ns+"shards/", clientv3.WithPrefix())
+	cur, err := cli.Get(ctxFor(t, 5*time.Second), e.Prefix+"shards/", clientv3.WithPrefix())
 	if err != nil || len(cur.Kvs) != 1 {
 		t.Fatalf("the lock: %v %v", cur, err)
 	}
-	watch := cli.Watch(ctxFor(t, 30*time.Second), e.ns+"shards/", clientv3.WithPrefix(), clientv3.WithRev(cur.Header.Revision+1))
+	watch := cli.Watch(ctxFor(t, 30*time.Second), e.Prefix+"shards/", clientv3.WithPrefix(), clientv3.WithRev(cur.Header.Revision+1))
 	freedc := make(chan time.Time, 1)
 	go func() {
 		for resp := range watch {

@@ -31,7 +31,7 @@ func (e *env) countOnWire(opts ...s3count.Option) (runners, clientWire *s3count.
 	runners, clientWire = proxy(opts...), proxy()
 	ak, sk := s3.Credentials()
 	storeAt := func(p *s3count.Proxy, opts ...s3store.Option) *s3store.Store {
-		obj, err := s3store.New(testenv.NewS3Client(p.URL(), s3.Region(), ak, sk), e.bucket,
+		obj, err := s3store.New(testenv.NewS3Client(p.URL(), s3.Region(), ak, sk), e.S3.Bucket,
 			append([]s3store.Option{s3store.WithPrefix("tenure/test/")}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -43,13 +43,13 @@ func (e *env) countOnWire(opts ...s3count.Option) (runners, clientWire *s3count.
 	e.wrap = func(string, storage.ObjectStore) storage.ObjectStore {
 		return storeAt(runners, s3store.WithObserver(e.ops.observe))
 	}
-	waker, err := etcd.New(e.srv.Client(t), etcd.WithPrefix(e.ns))
+	waker, err := etcd.New(e.srv.Client(t), etcd.WithPrefix(e.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { waker.Close() })
 	client, err = task.NewClient(task.NewStore(storeAt(clientWire), task.WithLogger(e.logs.logger("tasks"))),
-		task.ClientConfig{Shards: e.meta.Shards, Waker: waker, Logger: e.logs.logger("client")})
+		task.ClientConfig{Shards: e.Meta.Shards, Waker: waker, Logger: e.logs.logger("client")})
 	if err != nil {
 		t.Fatal(err)
 	}

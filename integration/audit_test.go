@@ -7,38 +7,28 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
-	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
 
-// auditExec is one execution of a task as the external recorder saw it: the
-// recorder is the handler (runners call it through their http: handler).
-type auditExec struct {
-	taskID, entity, runner string
-	shard                  storage.ShardID
-	epoch                  int64
-	attempt                int
-	start, end             time.Time
-	cancelled              bool // the runner dropped the request before the work ended
-	done                   bool // the work ended and its answer was written
-}
+// auditExec is one execution of a task as the external recorder saw it:
+// Cancelled when the runner dropped the request before the work ended,
+// Done when the work ended and its answer was written.
+type auditExec = harness.Execution
 
-// recorder is the audit's HTTP task handler and log, with one clock.
+// recorder is the audit's HTTP task handler (runners call it through
+// their http: handler), logging each execution with one clock.
 type recorder struct {
+	*harness.Recorder
 	srv *http.Server
 	ln  net.Listener
-
-	mu    sync.Mutex
-	execs []*auditExec
 }
 
 func newRecorder(t testing.TB) *recorder {
@@ -46,7 +36,7 @@ func newRecorder(t testing.TB) *recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{ln: ln}
+	r := &recorder{Recorder: harness.NewRecorder(), ln: ln}
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve)}
 	go r.srv.Serve(ln)
 	t.Cleanup(func() { r.srv.Close() })
@@ -63,139 +53,40 @@ func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	x := &auditExec{taskID: t.ID, entity: t.Entity, shard: t.Shard, attempt: t.Attempt, start: time.Now()}
+	run := auditExec{TaskID: t.ID, Entity: t.Entity, Shard: t.Shard, Attempt: t.Attempt}
 	if t.Claim != nil {
-		x.runner, x.epoch = t.Claim.RunnerID, t.Claim.Epoch
+		run.Runner, run.Epoch = t.Claim.RunnerID, t.Claim.Epoch
 	}
-	r.mu.Lock()
-	r.execs = append(r.execs, x)
-	r.mu.Unlock()
+	x := r.Begin(run)
 	var in struct {
 		MS int `json:"ms"`
 	}
 	json.Unmarshal(t.Input, &in)
 	select {
 	case <-time.After(time.Duration(in.MS) * time.Millisecond):
-		r.mu.Lock()
-		x.end, x.done = time.Now(), true
-		r.mu.Unlock()
+		r.Finish(x, nil)
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"ran_on":%q}`, x.runner)
+		fmt.Fprintf(w, `{"ran_on":%q}`, run.Runner)
 	case <-req.Context().Done():
-		r.mu.Lock()
-		x.end, x.cancelled = time.Now(), true
-		r.mu.Unlock()
+		r.Cancelled(x)
+		r.Finish(x, context.Cause(req.Context()))
 	}
 }
 
-func (r *recorder) all() []auditExec {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]auditExec, len(r.execs))
-	for i, x := range r.execs {
-		out[i] = *x
-		if out[i].end.IsZero() {
-			out[i].end = time.Now() // still running
-		}
-	}
-	return out
-}
-
-// lockLog is the timeline of shard-lock holders, from an etcd watch in the
-// test process.
-type lockLog struct {
-	mu     sync.Mutex
-	events map[storage.ShardID][]lockChange
-}
-
-type lockChange struct {
-	at     time.Time // arrival at the test's watch
-	holder string    // "" when released
-	epoch  int64
-	rev    int64 // etcd revision of the change
-	resync bool  // learnt by a listing after the watch broke, not as it happened
-}
+// all returns the executions so far, those still running ending now
+// (unfinished).
+func (r *recorder) all() []auditExec { return r.AllEndingNow() }
 
 // watchLocks follows shards/ with a store of its own, directly on an etcd
 // member (no runner proxy). Its watch re-lists after a break (the loss of
 // etcd's leader breaks it) with a short back-off, so that it catches up as
 // soon as etcd answers again.
-func watchLocks(ctx context.Context, c *cluster) *lockLog {
-	l := &lockLog{events: map[storage.ShardID][]lockChange{}}
-	store, err := etcd.New(c.cli, etcd.WithPrefix(runner.EtcdPrefix("dev")), etcd.WithRetryBackoff(20*time.Millisecond),
-		etcd.WithRequestTimeout(500*time.Millisecond))
+func watchLocks(ctx context.Context, c *cluster) *harness.LockTimeline {
+	store, err := c.Store(ctx, "", etcd.WithRetryBackoff(20*time.Millisecond), etcd.WithRequestTimeout(500*time.Millisecond))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.t.Cleanup(func() { store.Close() })
-	ch := store.WatchShardLocks(ctx)
-	go func() {
-		for ev := range ch {
-			ch := lockChange{at: time.Now(), rev: ev.Revision, resync: ev.Resync}
-			if ev.Kind == storage.EventPut {
-				ch.holder, ch.epoch = ev.Lock.RunnerID, ev.Lock.Epoch
-			}
-			l.mu.Lock()
-			l.events[ev.Shard] = append(l.events[ev.Shard], ch)
-			l.mu.Unlock()
-		}
-	}()
-	return l
-}
-
-// heldThroughout reports whether runner held shard's lock under epoch for
-// the whole of [start, end].
-//
-// That the tenure had begun by start is proven by the execution itself: the
-// epoch is the lock's create revision, which the runner learnt from etcd
-// when it acquired the lock, before it claimed the task; so the tenure need
-// only appear in the log, whenever the watch delivered it (a watch cut off
-// by the loss of etcd's leader delivers it late, after the runner has
-// started work: the arrival time says nothing then). That nothing ended the
-// tenure before end is read from arrival times: the first later change of
-// the shard's lock (a release, another holder or epoch) must arrive after
-// end. Arrivals trail the changes, so this errs towards "held".
-func (l *lockLog) heldThroughout(shard storage.ShardID, runner string, epoch int64, start, end time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	evs := l.events[shard]
-	same := func(ch lockChange) bool { return ch.holder == runner && ch.epoch == epoch }
-	i := slices.IndexFunc(evs, same)
-	if i < 0 {
-		return false
-	}
-	for _, ch := range evs[i+1:] {
-		if same(ch) {
-			continue // the same tenure, listed again
-		}
-		return !ch.at.Before(end)
-	}
-	return true
-}
-
-// around describes shard's lock changes that arrived within d of [start,
-// end], for a report.
-func (l *lockLog) around(shard storage.ShardID, start, end time.Time, d time.Duration) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var parts []string
-	for _, ch := range l.events[shard] {
-		if ch.at.Before(start.Add(-d)) || ch.at.After(end.Add(d)) {
-			continue
-		}
-		who := "released"
-		if ch.holder != "" {
-			who = fmt.Sprintf("%s@%d", ch.holder, ch.epoch)
-		}
-		if ch.resync {
-			who += " (re-listed)"
-		}
-		parts = append(parts, fmt.Sprintf("%s rev %d %s", ch.at.Format("15:04:05.000"), ch.rev, who))
-	}
-	if len(parts) == 0 {
-		return "no change within " + d.String()
-	}
-	return strings.Join(parts, "; ")
+	return harness.WatchLocks(ctx, store)
 }
 
 // auditReport is what the audit found.
@@ -281,36 +172,36 @@ func waitTerminal(ctx context.Context, client *task.Client, refs []string, withi
 // and its whole history. accepted are the tasks that must exist and be
 // terminal; rejected the submits resolved as not accepted, which must
 // neither exist nor have run.
-func audit(t testing.TB, client *task.Client, execs []auditExec, locks *lockLog, accepted, rejected []string) auditReport {
+func audit(t testing.TB, client *task.Client, execs []auditExec, locks *harness.LockTimeline, accepted, rejected []string) auditReport {
 	var rep auditReport
 	rep.executions = len(execs)
 	for _, x := range execs {
-		if x.cancelled {
+		if x.Cancelled() {
 			rep.cancelled++
 		}
-		if locks != nil && !locks.heldThroughout(x.shard, x.runner, x.epoch, x.start, x.end) {
+		if locks != nil && !locks.HeldThroughout(x.Shard, x.Runner, x.Epoch, x.Start, x.End) {
 			rep.outsideLock = append(rep.outsideLock, fmt.Sprintf("task %s on %s (epoch %d) in %s [%s, %s]; lock changes: %s",
-				x.taskID, x.runner, x.epoch, x.shard, x.start.Format("15:04:05.000"), x.end.Format("15:04:05.000"),
-				locks.around(x.shard, x.start, x.end, 3*time.Second)))
+				x.TaskID, x.Runner, x.Epoch, x.Shard, x.Start.Format("15:04:05.000"), x.End.Format("15:04:05.000"),
+				locks.Around(x.Shard, x.Start, x.End, 3*time.Second)))
 		}
 	}
 	overlap := func(key string, group map[string][]auditExec) {
 		for k, xs := range group {
-			sort.Slice(xs, func(i, j int) bool { return xs[i].start.Before(xs[j].start) })
+			sort.Slice(xs, func(i, j int) bool { return xs[i].Start.Before(xs[j].Start) })
 			for i := 1; i < len(xs); i++ {
 				prev, cur := xs[i-1], xs[i]
-				if cur.start.Before(prev.end) && !(prev.cancelled && !prev.end.After(cur.start)) {
+				if cur.Start.Before(prev.End) && !(prev.Cancelled() && !prev.End.After(cur.Start)) {
 					rep.overlaps = append(rep.overlaps, fmt.Sprintf("%s %s: %s on %s [%s, %s] and %s on %s from %s",
-						key, k, prev.taskID, prev.runner, prev.start.Format("05.000"), prev.end.Format("05.000"), cur.taskID, cur.runner, cur.start.Format("05.000")))
+						key, k, prev.TaskID, prev.Runner, prev.Start.Format("05.000"), prev.End.Format("05.000"), cur.TaskID, cur.Runner, cur.Start.Format("05.000")))
 				}
 			}
 		}
 	}
 	byTask, byEntity := map[string][]auditExec{}, map[string][]auditExec{}
 	for _, x := range execs {
-		byTask[x.taskID] = append(byTask[x.taskID], x)
-		if x.entity != "" {
-			byEntity[x.entity] = append(byEntity[x.entity], x)
+		byTask[x.TaskID] = append(byTask[x.TaskID], x)
+		if x.Entity != "" {
+			byEntity[x.Entity] = append(byEntity[x.Entity], x)
 		}
 	}
 	overlap("task", byTask)
@@ -392,7 +283,7 @@ func (rep *auditReport) checkHistory(ref string, tk *task.Task, runs []auditExec
 	}
 	ev := tk.History[completions[0]]
 	for _, x := range runs {
-		if x.runner == ev.Runner && x.attempt == ev.Attempt && x.done {
+		if x.Runner == ev.Runner && x.Attempt == ev.Attempt && x.Done() {
 			return
 		}
 	}

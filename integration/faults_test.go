@@ -180,12 +180,10 @@ func (p *faultPlan) slotOf(f fault) (slot string, r *runnerProc, ok bool) {
 	}
 	p.busy[slot] = true
 	p.counts[f.name]++
-	p.c.mu.Lock()
-	r = p.c.runners[p.ids[p.rnd.IntN(len(p.ids))]]
+	r = p.c.runners.Get(p.ids[p.rnd.IntN(len(p.ids))])
 	if f.scope == onRunner {
-		r = p.c.runners[slot]
+		r = p.c.runners.Get(slot)
 	}
-	p.c.mu.Unlock()
 	return slot, r, true
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +16,10 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/embedded"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -184,24 +182,21 @@ func tenureCode(t testing.TB, args ...string) (stdout string, code int, stderr s
 	return o.String(), code, e.String()
 }
 
-// cluster is a multi-process cluster: `tenure dev --runners 0` for the
-// infrastructure and `tenure run` processes, each runner reaching etcd
-// through its own TCP proxy so a test can partition it.
+// cluster is a multi-process cluster (see package harness): `tenure dev
+// --runners 0` or the test process for the infrastructure, and `tenure
+// run` processes, each runner reaching etcd through its own TCP proxy so a
+// test can partition it.
 type cluster struct {
-	t       testing.TB
-	dir     string
-	cfgPath string
-	etcdEP  string // the etcd endpoint runners reach (through their proxies)
-	s3EP    string // when set, each runner reaches S3 through its own fault proxy
-	members []*testenv.Etcd
-	shards  int
-	infra   *proc
-	cli     *clientv3.Client
-	store   *etcd.Store
-	tasks   *task.Client
-
-	mu      sync.Mutex
-	runners map[string]*runnerProc
+	*harness.Cluster // Etcd is the endpoint runners reach, through their proxies
+	t                testing.TB
+	dir              string
+	cfgPath          string
+	s3EP             string          // when set, each runner reaches S3 through its own fault proxy
+	members          []*testenv.Etcd // the etcd cluster, when the test runs it (newLocalCluster)
+	infra            *proc
+	store            *etcd.Store
+	tasks            *task.Client
+	runners          harness.Members[*runnerProc]
 }
 
 type runnerProc struct {
@@ -212,6 +207,9 @@ type runnerProc struct {
 	proxy *testenv.Proxy // etcd
 	s3    *s3Proxy       // nil unless the cluster proxies S3
 }
+
+// Running reports whether the runner's process is running.
+func (r *runnerProc) Running() bool { return !r.exited() }
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
@@ -224,27 +222,36 @@ func newCluster(t testing.TB) *cluster {
 		return a
 	}
 	etcdAddr, peer, s3Addr := free(), free(), free()
-	c := &cluster{t: t, dir: dir, cfgPath: filepath.Join(dir, "tenure.yaml"), etcdEP: "http://" + etcdAddr, shards: devShards, runners: map[string]*runnerProc{}}
-	c.infra = start(t, "tenure dev", "dev", "--runners", "0", "--data", filepath.Join(dir, "data"),
-		"--config-out", c.cfgPath, "--etcd-addr", etcdAddr, "--etcd-peer-addr", peer, "--s3-addr", s3Addr)
+	cfgPath := filepath.Join(dir, "tenure.yaml")
+	infra := start(t, "tenure dev", "dev", "--runners", "0", "--data", filepath.Join(dir, "data"),
+		"--config-out", cfgPath, "--etcd-addr", etcdAddr, "--etcd-peer-addr", peer, "--s3-addr", s3Addr)
 	testenv.WaitFor(t, "the dev config file", 60*time.Second, func() bool {
-		_, err := os.Stat(c.cfgPath)
-		return err == nil || c.infra.exited()
+		_, err := os.Stat(cfgPath)
+		return err == nil || infra.exited()
 	})
-	if c.infra.exited() {
+	if infra.exited() {
 		t.Fatal("tenure dev exited")
 	}
-	c.cli = testenv.ClientAt(t, c.etcdEP)
-	var err error
-	c.store, err = etcd.New(c.cli, etcd.WithPrefix(runner.EtcdPrefix("dev")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.store.Close() })
+	c := newClusterOn(t, dir, "http://"+etcdAddr, devShards)
+	c.infra = infra
 	t.Cleanup(func() {
 		c.infra.signal(t, syscall.SIGTERM)
 		c.infra.wait(t, 30*time.Second)
 	})
+	return c
+}
+
+// newClusterOn returns the cluster of the config file in dir (whose
+// cluster is "dev": the helpers read /tenure/dev/), on etcd at etcdEP,
+// with a store of its own there.
+func newClusterOn(t testing.TB, dir, etcdEP string, shards int) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: dir, cfgPath: filepath.Join(dir, "tenure.yaml"),
+		Cluster: harness.New(t, harness.Spec{Name: "dev", Etcd: etcdEP, Prefix: runner.EtcdPrefix("dev"), Meta: storage.ClusterMeta{Shards: shards}})}
+	var err error
+	if c.store, err = c.Store(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 
@@ -253,23 +260,23 @@ func newCluster(t testing.TB) *cluster {
 func (c *cluster) run(id string, extra ...string) *runnerProc {
 	t := c.t
 	t.Helper()
-	u, _ := url.Parse(c.etcdEP)
-	px := testenv.NewProxy(t, u.Host)
+	px, err := c.Proxy()
+	if err != nil {
+		t.Fatal(err)
+	}
 	admin, err := embedded.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"run", "--config", c.cfgPath, "--runner-id", id, "--admin-addr", admin,
-		"--set", "etcd.endpoints=http://" + px.Addr()}, extra...)
+		"--set", "etcd.endpoints=" + harness.ProxyURL(px)}, extra...)
 	r := &runnerProc{id: id, admin: admin, proxy: px, args: args}
 	if c.s3EP != "" {
 		r.s3 = newS3Proxy(t, c.s3EP)
 		r.args = append(r.args, "--set", "s3.endpoint="+r.s3.URL())
 	}
 	r.proc = start(t, "runner "+id, r.args...)
-	c.mu.Lock()
-	c.runners[id] = r
-	c.mu.Unlock()
+	c.runners.Add(id, r)
 	return r
 }
 
@@ -300,24 +307,20 @@ func (r *runnerProc) status() (runner.Status, error) {
 func (c *cluster) owners() map[storage.ShardID]string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	locks, _, err := c.store.ShardLocks(ctx)
+	own, err := harness.Holders(ctx, c.store)
 	if err != nil {
 		return nil
 	}
-	out := map[storage.ShardID]string{}
-	for _, l := range locks {
-		out[l.Shard] = l.RunnerID
-	}
-	return out
+	return own
 }
 
 // waitAllOwned waits until every shard is locked by one of ids.
 func (c *cluster) waitAllOwned(ids []string, within time.Duration) map[storage.ShardID]string {
 	c.t.Helper()
 	var own map[storage.ShardID]string
-	testenv.WaitFor(c.t, fmt.Sprintf("all %d shards owned by %v", c.shards, ids), within, func() bool {
+	testenv.WaitFor(c.t, fmt.Sprintf("all %d shards owned by %v", c.Meta.Shards, ids), within, func() bool {
 		own = c.owners()
-		if len(own) != c.shards {
+		if len(own) != c.Meta.Shards {
 			return false
 		}
 		for _, r := range own {
@@ -335,25 +338,21 @@ func (c *cluster) waitAllOwned(ids []string, within time.Duration) map[storage.S
 // pending.
 func (c *cluster) waitSettled(rs []*runnerProc, minOwned int, within time.Duration) {
 	c.t.Helper()
-	settled := func() bool {
+	err := harness.Await(context.Background(), within, 50*time.Millisecond, func() (bool, string, error) {
 		for _, r := range rs {
 			st, err := r.status()
 			if err != nil || !st.Attached || st.Pending != 0 || st.Owned < minOwned || st.Owned != st.Assigned {
-				return false
+				return false, r.id + " not settled", nil
 			}
 		}
-		return true
-	}
-	deadline := time.Now().Add(within)
-	for !settled() {
-		if time.Now().After(deadline) {
-			for _, r := range rs {
-				st, err := r.status()
-				c.t.Logf("%s: %+v %v", r.id, st, err)
-			}
-			c.t.Fatalf("runners not settled after %s", within)
+		return true, "", nil
+	})
+	if err != nil {
+		for _, r := range rs {
+			st, err := r.status()
+			c.t.Logf("%s: %+v %v", r.id, st, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		c.t.Fatalf("runners not settled: %v", err)
 	}
 }
 
@@ -381,7 +380,7 @@ func (c *cluster) taskClient() *task.Client {
 // overrides are config keys (key=value), e.g. another s3.endpoint.
 func (c *cluster) newTaskClient(overrides ...string) *task.Client {
 	c.t.Helper()
-	cfg, err := runner.Load(c.cfgPath, nil, append([]string{"etcd.endpoints=" + c.etcdEP}, overrides...))
+	cfg, err := runner.Load(c.cfgPath, nil, append([]string{"etcd.endpoints=" + c.Etcd}, overrides...))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 	r1 := c.run("p1", fastRunner...)
 	c.run("p2", fastRunner...)
 	r3 := c.run("p3", fastRunner...)
-	r2 := c.runners["p2"]
+	r2 := c.runners.Get("p2")
 	c.waitAllOwned([]string{"p1", "p2", "p3"}, 60*time.Second)
 	c.waitSettled([]*runnerProc{r1, r2, r3}, 16, 30*time.Second)
 	before := c.owners()

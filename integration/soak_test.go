@@ -15,8 +15,6 @@ import (
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
-	"github.com/tenurehq/tenure/runner"
-	"github.com/tenurehq/tenure/storage/etcd"
 )
 
 // The soak's defaults: TestSoak in make test runs them; make integration
@@ -40,8 +38,6 @@ func newLocalCluster(t testing.TB, shards int) *cluster {
 	bucket := s3.Bucket(t)
 	ak, sk := s3.Credentials()
 	dir := t.TempDir()
-	c := &cluster{t: t, dir: dir, cfgPath: filepath.Join(dir, "tenure.yaml"), etcdEP: members[0].Endpoint(),
-		s3EP: s3.Endpoint(), members: members, shards: shards, runners: map[string]*runnerProc{}}
 	cfg := map[string]any{
 		"cluster": "dev", // the harness's helpers read /tenure/dev/
 		"shards":  shards,
@@ -50,16 +46,11 @@ func newLocalCluster(t testing.TB, shards int) *cluster {
 			"access_key": ak, "secret_key": sk},
 	}
 	b, _ := yaml.Marshal(cfg)
-	if err := os.WriteFile(c.cfgPath, b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tenure.yaml"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.cli = testenv.ClientAt(t, members[0].Endpoint())
-	var err error
-	c.store, err = etcd.New(c.cli, etcd.WithPrefix(runner.EtcdPrefix("dev")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.store.Close() })
+	c := newClusterOn(t, dir, members[0].Endpoint(), shards)
+	c.s3EP, c.members = s3.Endpoint(), members
 	return c
 }
 
@@ -142,7 +133,7 @@ func soak(tt *testing.T, cfg soakConfig) {
 	// some submits end in an error with their outcome unknown.
 	sub := newS3Proxy(t, c.s3EP)
 	client := c.newTaskClient("s3.endpoint=" + sub.URL())
-	book := newLedger(c.shards)
+	book := newLedger(c.Meta.Shards)
 
 	// Steady load: tasks for 40 entities and some without, 20–60ms each,
 	// every one under an id chosen here and recorded in the ledger.
@@ -181,13 +172,11 @@ func soak(tt *testing.T, cfg soakConfig) {
 	faultTime := time.Since(start)
 
 	// Everything healed and running: every accepted task must finish.
-	c.mu.Lock()
 	for _, id := range ids {
-		if r := c.runners[id]; r.exited() {
+		if r := c.runners.Get(id); r.exited() {
 			t.Errorf("runner %s is not running after the faults healed", id)
 		}
 	}
-	c.mu.Unlock()
 	c.waitAllOwned(ids, 60*time.Second)
 	direct := c.taskClient()
 	if err := book.resolve(ctx, direct, 2*time.Minute); err != nil {

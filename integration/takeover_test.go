@@ -83,12 +83,10 @@ func submitAudit(t *testing.T, c *cluster, n int) []string {
 
 // runningOn returns the executions on runner that are still going.
 func runningOn(rec *recorder, runner string) []auditExec {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	var out []auditExec
-	for _, x := range rec.execs {
-		if x.runner == runner && x.end.IsZero() {
-			out = append(out, *x)
+	for _, x := range rec.All() {
+		if x.Runner == runner && x.End.IsZero() {
+			out = append(out, x)
 		}
 	}
 	return out
@@ -146,7 +144,7 @@ func stillRunningAt(rec *recorder, xs []auditExec, at time.Time) int {
 	n := 0
 	for _, x := range rec.all() {
 		for _, y := range xs {
-			if x.taskID == y.taskID && x.runner == y.runner && x.start.Equal(y.start) && x.end.After(at) {
+			if x.TaskID == y.TaskID && x.Runner == y.Runner && x.Start.Equal(y.Start) && x.End.After(at) {
 				n++
 			}
 		}
@@ -159,11 +157,11 @@ func stillRunningAt(rec *recorder, xs []auditExec, at time.Time) int {
 func restartedBy(rec *recorder, xs []auditExec) map[string]time.Time {
 	out := map[string]time.Time{}
 	for _, y := range xs {
-		out[y.taskID] = time.Time{}
+		out[y.TaskID] = time.Time{}
 		for _, x := range rec.all() {
-			if x.taskID == y.taskID && x.runner != y.runner && x.start.After(y.start) {
-				if s := out[y.taskID]; s.IsZero() || x.start.Before(s) {
-					out[y.taskID] = x.start
+			if x.TaskID == y.TaskID && x.Runner != y.Runner && x.Start.After(y.Start) {
+				if s := out[y.TaskID]; s.IsZero() || x.Start.Before(s) {
+					out[y.TaskID] = x.Start
 				}
 			}
 		}

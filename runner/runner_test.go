@@ -3,11 +3,11 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +19,7 @@ import (
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -26,40 +27,33 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// testCluster is a cluster name and storage for in-process runners.
+// testCluster is a cluster for in-process runners (see package harness):
+// a name, the shared etcd and a bucket of the shared S3.
 type testCluster struct {
-	t       *testing.T
-	cluster string
-	srv     *testenv.Etcd
-	s3      *testenv.S3
-	bucket  string
+	*harness.Cluster
+	t *testing.T
 }
 
 func newTestCluster(t *testing.T) *testCluster {
-	s3 := testenv.SharedS3(t)
-	return &testCluster{t: t, cluster: testenv.Name(t, 40), srv: testenv.SharedEtcd(t), s3: s3, bucket: s3.Bucket(t)}
+	srv, s3 := testenv.SharedEtcd(t), testenv.SharedS3(t)
+	ak, sk := s3.Credentials()
+	name := testenv.Name(t, 40)
+	return &testCluster{t: t, Cluster: harness.New(t, harness.Spec{Name: name, Etcd: srv.Endpoint(), Prefix: EtcdPrefix(name),
+		Meta: storage.ClusterMeta{Shards: 8, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
+		S3:   harness.S3{Endpoint: s3.Endpoint(), Region: s3.Region(), AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}})}
 }
 
 // config returns a runner config for the cluster, with fast timings; etcd
 // is reached through a proxy the caller can cut.
 func (c *testCluster) config(id string) (Config, *testenv.Proxy) {
-	u, err := url.Parse(c.srv.Endpoint())
+	p, err := c.Proxy()
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	p := testenv.NewProxy(c.t, u.Host)
-	ak, sk := c.s3.Credentials()
-	overrides := []string{
-		"cluster=" + c.cluster, "runner_id=" + id, "shards=8", "admin_addr=127.0.0.1:0",
-		"etcd.endpoints=http://" + p.Addr(), "etcd.request_timeout=1s",
-		// The region is set: the embedded S3 checks it, and an unset one
-		// would follow the machine's AWS environment.
-		"s3.endpoint=" + c.s3.Endpoint(), "s3.region=" + c.s3.Region(), "s3.bucket=" + c.bucket, "s3.path_style=true",
-		"s3.access_key=" + ak, "s3.secret_key=" + sk,
+	overrides := append(c.RunnerConfig(harness.ProxyURL(p)), "runner_id="+id, "admin_addr=127.0.0.1:0", "etcd.request_timeout=1s",
 		"lease.ttl=2s", "detachment.recover_window=500ms", "sharding.rebalance_debounce=50ms",
 		"sharding.rebalance_interval=2s", "sharding.interrupt_timeout=2s", "entity.task_lease=3s",
-		"drain_timeout=10s", "log.level=warn",
-	}
+		"drain_timeout=10s", "log.level=warn")
 	cfg, err := Load("", nil, overrides)
 	if err != nil {
 		c.t.Fatal(err)
@@ -67,12 +61,21 @@ func (c *testCluster) config(id string) (Config, *testenv.Proxy) {
 	return cfg, p
 }
 
+// store returns a store of the cluster's keys, directly on etcd.
+func (c *testCluster) store() *etcd.Store {
+	c.t.Helper()
+	st, err := c.Store(context.Background(), "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return st
+}
+
+// running is a Runner running in the test.
 type running struct {
-	r      *Runner
-	proxy  *testenv.Proxy
-	cancel context.CancelFunc
-	done   chan error
-	starts int
+	*harness.Run
+	r     *Runner
+	proxy *testenv.Proxy
 }
 
 func (c *testCluster) start(id string, opts ...Option) *running {
@@ -84,27 +87,18 @@ func (c *testCluster) start(id string, opts ...Option) *running {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	x := &running{r: r, proxy: p, cancel: cancel, done: make(chan error, 1)}
-	go func() { x.done <- r.Run(ctx) }()
+	x := &running{Run: harness.Go(r.Run), r: r, proxy: p}
 	c.t.Cleanup(func() { x.stop(c.t) })
 	testenv.WaitFor(c.t, "admin server of "+id, 10*time.Second, func() bool { return r.AdminAddr() != "" })
 	return x
 }
 
 func (x *running) stop(t *testing.T) {
-	if x.cancel == nil {
-		return
-	}
-	x.cancel()
-	x.cancel = nil
-	select {
-	case err := <-x.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
+	switch err := x.Stop(30 * time.Second); {
+	case errors.Is(err, harness.ErrStopTimeout):
 		t.Error("runner did not stop")
+	case err != nil:
+		t.Errorf("Run: %v", err)
 	}
 }
 
@@ -149,11 +143,7 @@ func TestRunnerServesAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := etcd.New(c.srv.Client(t), etcd.WithPrefix(EtcdPrefix(cfg.Cluster)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	rs := c.store()
 	client, err := task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: 8, Waker: rs})
 	if err != nil {
 		t.Fatal(err)
@@ -203,11 +193,7 @@ func TestStagedRollout(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		xs = append(xs, c.start(fmt.Sprintf("roll-%d", i)))
 	}
-	rs, err := etcd.New(c.srv.Client(t), etcd.WithPrefix(EtcdPrefix(c.cluster)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	rs := c.store()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Version 1: observe mode for 50% of the runners (what `tenure config
@@ -332,11 +318,7 @@ func TestS3RegionFollowsAWSChain(t *testing.T) {
 func TestRunJoinsV1Cluster(t *testing.T) {
 	c := newTestCluster(t)
 	cfg, _ := c.config("upgraded")
-	store, err := etcd.New(c.srv.Client(t), etcd.WithPrefix(EtcdPrefix(c.cluster)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := c.store()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	v1 := sharding.ProcedureV1.Name()
@@ -345,10 +327,8 @@ func TestRunJoinsV1Cluster(t *testing.T) {
 	}
 	x := c.start("upgraded")
 	testenv.WaitFor(t, "every shard owned", 10*time.Second, func() bool {
-		select {
-		case err := <-x.done:
+		if exited, err := x.Exited(); exited {
 			t.Fatalf("Run ended: %v", err)
-		default:
 		}
 		return x.status(t).Owned == cfg.Shards
 	})

@@ -69,19 +69,8 @@ func BenchmarkPlannedHandoff(b *testing.B) {
 			own, ok := c.ownership(c.members())
 			return ok && len(own) == 256 && !slices.ContainsFunc(d.mgr.Owned(), func(Ownership) bool { return true })
 		})
-		c.ledger.mu.Lock()
-		for _, a := range c.ledger.spans {
-			if a.runner != d.id || a.reason != LossReleased || a.end.Before(start) {
-				continue
-			}
-			for _, h := range c.ledger.spans {
-				if h.shard == a.shard && h.runner != d.id && !h.start.Before(a.end) {
-					gaps = append(gaps, h.start.Sub(a.end))
-					break
-				}
-			}
-		}
-		c.ledger.mu.Unlock()
+		_, handovers := c.ledger.Handovers(d.id, string(LossReleased), start)
+		gaps = append(gaps, handovers...)
 		d.stop(c.t)
 	}
 	b.ReportMetric(float64(len(gaps)), "handoffs")

@@ -2,11 +2,10 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/url"
-	"slices"
+	"maps"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -33,172 +33,49 @@ func testConfig() Config {
 	return cfg
 }
 
-// span is one ownership of a shard by a runner, as the handler saw it.
-type span struct {
-	runner     string
-	shard      storage.ShardID
-	epoch      int64
-	start, end time.Time // end zero while owned
-	reason     LossReason
-	ctx        context.Context
-}
-
-// ledger records every ownership of every runner of a test cluster, with one
-// clock.
-type ledger struct {
-	mu    sync.Mutex
-	spans []*span
-	open  map[string]map[storage.ShardID]*span // runner → shard → open span
-}
-
-func newLedger() *ledger { return &ledger{open: map[string]map[storage.ShardID]*span{}} }
-
-func (l *ledger) handler(runner string) Handler { return &recorder{l: l, runner: runner} }
-
-type recorder struct {
-	l      *ledger
-	runner string
-}
-
-func (r *recorder) ShardAcquired(o Ownership) {
-	r.l.mu.Lock()
-	defer r.l.mu.Unlock()
-	if r.l.open[r.runner] == nil {
-		r.l.open[r.runner] = map[storage.ShardID]*span{}
-	}
-	if prev := r.l.open[r.runner][o.Shard]; prev != nil {
-		panic(fmt.Sprintf("%s: shard %s acquired twice without an end", r.runner, o.Shard))
-	}
-	s := &span{runner: r.runner, shard: o.Shard, epoch: o.Epoch, start: time.Now(), ctx: o.Ctx}
-	r.l.open[r.runner][o.Shard] = s
-	r.l.spans = append(r.l.spans, s)
-}
-
-func (r *recorder) ShardReleasing(_ context.Context, o Ownership) { r.end(o, LossReleased) }
-
-func (r *recorder) ShardLost(o Ownership, reason LossReason) { r.end(o, reason) }
-
-func (r *recorder) end(o Ownership, reason LossReason) {
-	r.l.mu.Lock()
-	defer r.l.mu.Unlock()
-	s := r.l.open[r.runner][o.Shard]
-	if s == nil || s.epoch != o.Epoch {
-		panic(fmt.Sprintf("%s: end of shard %s epoch %d that was not acquired", r.runner, o.Shard, o.Epoch))
-	}
-	if o.Ctx.Err() == nil {
-		panic(fmt.Sprintf("%s: shard %s ended with its context still live", r.runner, o.Shard))
-	}
-	s.end, s.reason = time.Now(), reason
-	delete(r.l.open[r.runner], o.Shard)
-}
-
-// checkNoOverlap fails if two runners' spans of one shard overlap in time.
-// Spans start when the handler learns of the ownership (after the lock was
-// taken) and end when it learns of its end (after the context was
-// cancelled), so a real overlap can only look longer here, never vanish.
-func (l *ledger) checkNoOverlap(t *testing.T) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	by := map[storage.ShardID][]*span{}
-	for _, s := range l.spans {
-		by[s.shard] = append(by[s.shard], s)
-	}
-	for shard, ss := range by {
-		for i, a := range ss {
-			for _, b := range ss[i+1:] {
-				if a.runner == b.runner {
-					continue
-				}
-				aEnd, bEnd := a.end, b.end
-				if aEnd.IsZero() {
-					aEnd = time.Now()
-				}
-				if bEnd.IsZero() {
-					bEnd = time.Now()
-				}
-				if a.start.Before(bEnd) && b.start.Before(aEnd) {
-					t.Errorf("shard %s owned by %s [%v, %v) and %s [%v, %v) at once",
-						shard, a.runner, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
-						b.runner, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
-				}
-			}
-		}
-	}
-}
-
-// acquiredAfter returns the spans started at or after t.
-func (l *ledger) acquiredAfter(t time.Time) []*span {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []*span
-	for _, s := range l.spans {
-		if !s.start.Before(t) {
-			out = append(out, s)
-		}
-	}
-	return out
+// cluster is a test cluster of Managers on the shared etcd (see package
+// harness), each with its own store and proxy, and an ownership ledger.
+type cluster struct {
+	*harness.Cluster
+	t      testing.TB
+	srv    *testenv.Etcd
+	cfg    Config
+	ledger ledger
+	nodes  harness.Members[*testRunner]
 }
 
 // testRunner is one runner of a test cluster, with its own connection to
 // etcd through a proxy so the test can partition it alone.
 type testRunner struct {
-	id     string
-	proxy  *testenv.Proxy
-	store  *etcd.Store
-	mgr    *Manager
-	reg    *prometheus.Registry
-	cancel context.CancelFunc
-	done   chan error
-	// running is read by the sampler's goroutine while stop may run.
-	running atomic.Bool
-
-	mu          sync.Mutex
-	transitions []detachment.Transition
-}
-
-type cluster struct {
-	t      testing.TB
-	srv    *testenv.Etcd
-	ns     string
-	meta   storage.ClusterMeta
-	cfg    Config
-	ledger *ledger
-
-	mu      sync.Mutex
-	runners map[string]*testRunner
+	*harness.Run
+	id          string
+	proxy       *testenv.Proxy
+	mgr         *Manager
+	transitions harness.Transitions
 }
 
 func newCluster(t *testing.T, shards int, cfg Config) *cluster { return newClusterTB(t, shards, cfg) }
 
 func newClusterTB(t testing.TB, shards int, cfg Config) *cluster {
+	srv := testenv.SharedEtcd(t)
 	return &cluster{
-		t:       t,
-		srv:     testenv.SharedEtcd(t),
-		ns:      testenv.Prefix(t),
-		meta:    storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: HashName},
-		cfg:     cfg,
-		ledger:  newLedger(),
-		runners: map[string]*testRunner{},
+		Cluster: harness.New(t, harness.Spec{Etcd: srv.Endpoint(), Prefix: testenv.Prefix(t),
+			Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: HashName}}),
+		t:      t,
+		srv:    srv,
+		cfg:    cfg,
+		ledger: ledger{harness.NewLedger()},
 	}
 }
 
-// store opens a store in the cluster's namespace through a new proxy.
+// storeVia opens a store in the cluster's namespace through a new proxy.
 func (c *cluster) storeVia() (*etcd.Store, *testenv.Proxy) {
-	t := c.t
-	t.Helper()
-	u, err := url.Parse(c.srv.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testenv.NewProxy(t, u.Host)
-	cli := testenv.ClientAt(t, "http://"+p.Addr())
-	st, err := etcd.New(cli, etcd.WithPrefix(c.ns), etcd.WithRequestTimeout(time.Second),
+	c.t.Helper()
+	st, p, err := c.ProxiedStore(context.Background(), etcd.WithRequestTimeout(time.Second),
 		etcd.WithKeepAliveInterval(c.cfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(c.cfg.KeepAliveTimeout))
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
 	return st, p
 }
 
@@ -221,90 +98,84 @@ func (c *cluster) startWith(id string, weight float64, wrap func(storage.RunnerS
 	if wrap != nil {
 		rs = wrap(st)
 	}
-	ctx := context.Background()
-	if _, err := st.EnsureMeta(ctx, c.meta); err != nil {
+	if _, err := st.EnsureMeta(context.Background(), c.Meta); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
 	self := storage.RunnerInfo{ID: id, Weight: weight, Groups: []string{storage.DefaultGroup}, Version: "test"}
-	mgr, err := New(rs, self, c.meta, c.cfg, WithHandler(c.ledger.handler(id)), WithRegistry(reg), WithLogger(testLogger(t, id)))
+	mgr, err := New(rs, self, c.Meta, c.cfg, WithHandler(c.ledger.handler(id)), WithRegistry(prometheus.NewRegistry()), WithLogger(testLogger(t, id)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &testRunner{id: id, proxy: p, store: st, mgr: mgr, reg: reg, done: make(chan error, 1)}
-	mgr.Machine().Subscribe(func(tr detachment.Transition) {
-		r.mu.Lock()
-		r.transitions = append(r.transitions, tr)
-		r.mu.Unlock()
-	})
-	rctx, cancel := context.WithCancel(ctx)
-	r.cancel = cancel
-	r.running.Store(true)
-	go func() { r.done <- mgr.Run(rctx) }()
+	r := &testRunner{id: id, proxy: p, mgr: mgr}
+	mgr.Machine().Subscribe(r.transitions.Record)
+	r.Run = harness.Go(mgr.Run)
 	t.Cleanup(func() { r.stop(t) })
-	c.mu.Lock()
-	c.runners[id] = r
-	c.mu.Unlock()
+	c.nodes.Add(id, r)
 	return r
 }
 
 // stop ends the runner's Run (interrupt, revoke) and waits for it.
 func (r *testRunner) stop(t testing.TB) {
-	if r.cancel == nil {
-		return
+	if !r.Running() {
+		return // stopped already (by its test, or at cleanup)
 	}
 	if err := r.mgr.checkShards(); err != nil {
 		t.Errorf("runner %s: %v", r.id, err)
 	}
-	r.running.Store(false)
-	r.cancel()
-	r.cancel = nil
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Errorf("runner %s: Run: %v", r.id, err)
-		}
+	switch err := r.Stop(15 * time.Second); {
+	case errors.Is(err, harness.ErrStopTimeout):
+		t.Errorf("runner %s: Run did not return", r.id)
+	case err != nil:
+		t.Errorf("runner %s: Run: %v", r.id, err)
+	default:
 		if err := r.mgr.checkStopped(); err != nil {
 			t.Errorf("runner %s: %v", r.id, err)
 		}
-	case <-time.After(15 * time.Second):
-		t.Errorf("runner %s: Run did not return", r.id)
 	}
 }
 
 func (r *testRunner) transitionsOf(kind detachment.TransitionKind) []detachment.Transition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []detachment.Transition
-	for _, tr := range r.transitions {
-		if tr.Kind == kind {
-			out = append(out, tr)
-		}
-	}
-	return out
+	return r.transitions.Of(kind)
 }
 
-func (c *cluster) members() []*testRunner {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []*testRunner
-	for _, r := range c.runners {
-		if r.running.Load() {
-			out = append(out, r)
-		}
+// runner returns the runner started as id.
+func (c *cluster) runner(id string) *testRunner { return c.nodes.Get(id) }
+
+// members returns the running runners, by id.
+func (c *cluster) members() []*testRunner { return c.nodes.Running() }
+
+// ledger is the cluster's ownership ledger, fed by every runner's
+// Handler: the check that no two runners own a shard at once.
+type ledger struct{ *harness.Ledger }
+
+func (l ledger) handler(runner string) Handler { return &recorder{l: l.Ledger, runner: runner} }
+
+// checkNoOverlap fails if two runners' spans of one shard overlap in time.
+func (l ledger) checkNoOverlap(t *testing.T) {
+	t.Helper()
+	for _, o := range l.Overlaps() {
+		t.Error(o)
 	}
-	slices.SortFunc(out, func(a, b *testRunner) int { return cmpString(a.id, b.id) })
-	return out
 }
 
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// recorder is a runner's Handler: it reports the runner's ownerships to
+// the ledger.
+type recorder struct {
+	l      *harness.Ledger
+	runner string
+}
+
+func (r *recorder) ShardAcquired(o Ownership) { r.l.Acquired(r.runner, o.Shard, o.Epoch) }
+
+func (r *recorder) ShardReleasing(_ context.Context, o Ownership) { r.end(o, LossReleased) }
+
+func (r *recorder) ShardLost(o Ownership, reason LossReason) { r.end(o, reason) }
+
+func (r *recorder) end(o Ownership, reason LossReason) {
+	if o.Ctx.Err() == nil {
+		panic(fmt.Sprintf("%s: shard %s ended with its context still live", r.runner, o.Shard))
 	}
-	return 0
+	r.l.Ended(r.runner, o.Shard, o.Epoch, string(reason))
 }
 
 // candidates describes the given runners to the assignment.
@@ -343,38 +214,27 @@ func (c *cluster) ownership(rs []*testRunner) (map[storage.ShardID]string, bool)
 // point of Reassign: balanced, nothing left to move).
 func (c *cluster) waitConverged(rs []*testRunner, within time.Duration) map[storage.ShardID]string {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	var want Assignment
-	for {
-		own, ok := c.ownership(rs)
-		proc, err := ProcedureNamed(c.meta.Hash)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		want = proc.Reassign(c.meta.Groups, c.meta.Shards, c.candidates(rs), own)
-		if ok && len(own) == len(want) {
-			match := true
-			for s, r := range want {
-				if own[s] != r {
-					match = false
-					break
-				}
-			}
-			if match {
-				return own
-			}
-		}
-		if time.Now().After(deadline) {
-			var desc []string
-			for _, r := range rs {
-				st := r.mgr.Status()
-				desc = append(desc, fmt.Sprintf("%s: attached=%v owned=%d assigned=%d pending=%d runners=%d",
-					r.id, st.Attached, len(st.Owned), len(st.Assigned), len(st.Pending), st.Runners))
-			}
-			c.t.Fatalf("not converged after %s: %d/%d shards owned as assigned\n%s", within, countMatch(own, want), len(want), desc)
-		}
-		time.Sleep(10 * time.Millisecond)
+	proc, err := ProcedureNamed(c.Meta.Hash)
+	if err != nil {
+		c.t.Fatal(err)
 	}
+	var own map[storage.ShardID]string
+	err = harness.Await(context.Background(), within, 10*time.Millisecond, func() (bool, string, error) {
+		var ok bool
+		own, ok = c.ownership(rs)
+		want := proc.Reassign(c.Meta.Groups, c.Meta.Shards, c.candidates(rs), own)
+		return ok && maps.Equal(own, want), fmt.Sprintf("%d/%d shards owned as assigned", countMatch(own, want), len(want)), nil
+	})
+	if err != nil {
+		var desc []string
+		for _, r := range rs {
+			st := r.mgr.Status()
+			desc = append(desc, fmt.Sprintf("%s: attached=%v owned=%d assigned=%d pending=%d runners=%d",
+				r.id, st.Attached, len(st.Owned), len(st.Assigned), len(st.Pending), st.Runners))
+		}
+		c.t.Fatalf("not converged: %v\n%s", err, desc)
+	}
+	return own
 }
 
 func countMatch(own map[storage.ShardID]string, want Assignment) int {

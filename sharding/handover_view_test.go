@@ -53,7 +53,7 @@ func TestFreeShardTakenWhenSuccessorLeaves(t *testing.T) {
 	defer cancel()
 	session := func(id string) storage.Session {
 		st := c.store()
-		if _, err := st.EnsureMeta(ctx, c.meta); err != nil {
+		if _, err := st.EnsureMeta(ctx, c.Meta); err != nil {
 			t.Fatal(err)
 		}
 		ss, err := st.Register(ctx, storage.RunnerInfo{ID: id, Weight: 1, Groups: groups, Version: "test"}, cfg.LeaseTTL)

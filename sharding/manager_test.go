@@ -62,12 +62,12 @@ func TestConvergeAndJoin(t *testing.T) {
 	// handler may also hear of an acquisition made before the join a
 	// little after it: same epoch.)
 	extra := 0
-	for _, sp := range c.ledger.acquiredAfter(joinedAt) {
-		if sp.runner == "r4" || sp.epoch == epochs[sp.shard] {
+	for _, sp := range c.ledger.AcquiredAfter(joinedAt) {
+		if sp.Runner == "r4" || sp.Epoch == epochs[sp.Shard] {
 			continue
 		}
 		t.Logf("%s acquired shard %s (epoch %d, was %d) at %s, after the join at %s; it belonged to %s",
-			sp.runner, sp.shard, sp.epoch, epochs[sp.shard], sp.start.Format("15:04:05.000"), joinedAt.Format("15:04:05.000"), before[sp.shard])
+			sp.Runner, sp.Shard, sp.Epoch, epochs[sp.Shard], sp.Start.Format("15:04:05.000"), joinedAt.Format("15:04:05.000"), before[sp.Shard])
 		extra++
 	}
 	if extra > 0 {
@@ -145,7 +145,7 @@ func TestPartition(t *testing.T) {
 		t.Fatalf("detached runner reports attached=%v with %d owned shards", st.Attached, len(st.Owned))
 	}
 
-	rest := []*testRunner{c.runners["b"], c.runners["c"]}
+	rest := []*testRunner{c.runner("b"), c.runner("c")}
 	// b and c take a's shards once its lease has expired in etcd.
 	testenv.WaitFor(t, "b and c to own a's shards", 10*cfg.LeaseTTL, func() bool {
 		own, _ := c.ownership(rest)
@@ -156,14 +156,14 @@ func TestPartition(t *testing.T) {
 		}
 		return true
 	})
-	for _, sp := range c.ledger.acquiredAfter(cutAt) {
-		if sp.runner == "a" {
+	for _, sp := range c.ledger.AcquiredAfter(cutAt) {
+		if sp.Runner == "a" {
 			continue
 		}
 		// a's lease lives at least until the deadline it computed from its
 		// last confirmed keep-alive; nobody may own its shards before.
-		if sp.start.Before(det.Deadline) {
-			t.Errorf("%s took shard %s at %v, before a's lease deadline %v", sp.runner, sp.shard, sp.start, det.Deadline)
+		if sp.Start.Before(det.Deadline) {
+			t.Errorf("%s took shard %s at %v, before a's lease deadline %v", sp.Runner, sp.Shard, sp.Start, det.Deadline)
 		}
 	}
 
@@ -193,7 +193,7 @@ func TestLockLossInterruptsAtOnce(t *testing.T) {
 	o := r.mgr.Owned()[0]
 	cli := c.srv.Client(t)
 	deletedAt := time.Now()
-	if _, err := cli.Delete(context.Background(), c.ns+"shards/"+o.Shard.Group+"/"+strconv.Itoa(o.Shard.Index)); err != nil {
+	if _, err := cli.Delete(context.Background(), c.Prefix+"shards/"+o.Shard.Group+"/"+strconv.Itoa(o.Shard.Index)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -359,7 +359,7 @@ func TestDrainHandsOver(t *testing.T) {
 	}
 	drained := time.Since(start)
 	testenv.WaitFor(t, "heirs to own every shard", 10*time.Second, func() bool {
-		own, ok := c.ownership([]*testRunner{c.runners["heir-1"], c.runners["heir-2"]})
+		own, ok := c.ownership([]*testRunner{c.runner("heir-1"), c.runner("heir-2")})
 		return ok && len(own) == 32
 	})
 	checkHandOverGaps(t, c, d, start, n, drained)
@@ -372,22 +372,7 @@ func TestDrainHandsOver(t *testing.T) {
 // wants the median under 100 ms and none over a second.
 func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time, owned int, drained time.Duration) {
 	t.Helper()
-	c.ledger.mu.Lock()
-	var gaps []time.Duration
-	released := 0
-	for _, a := range c.ledger.spans {
-		if a.runner != d.id || a.reason != LossReleased || a.end.Before(start) {
-			continue
-		}
-		released++
-		for _, b := range c.ledger.spans {
-			if b.shard == a.shard && b.runner != d.id && !b.start.Before(a.end) {
-				gaps = append(gaps, b.start.Sub(a.end))
-				break
-			}
-		}
-	}
-	c.ledger.mu.Unlock()
+	released, gaps := c.ledger.Handovers(d.id, string(LossReleased), start)
 	if released == 0 || len(gaps) != released || len(d.mgr.Owned()) != 0 {
 		t.Fatalf("%d hand-overs recorded for %d releases (%d owned before, %d after)", len(gaps), released, owned, len(d.mgr.Owned()))
 	}
@@ -484,9 +469,9 @@ func TestHandOverAfterViewLag(t *testing.T) {
 	testenv.WaitFor(t, "the heir to own every shard", 5*time.Second, func() bool { return len(heir.mgr.Owned()) == 16 })
 	took := time.Since(opened)
 	t.Logf("the heir owned every shard %s after its view caught up", took)
-	for _, sp := range c.ledger.acquiredAfter(opened) {
-		if sp.runner != "heir" {
-			t.Errorf("%s acquired %s after the drain", sp.runner, sp.shard)
+	for _, sp := range c.ledger.AcquiredAfter(opened) {
+		if sp.Runner != "heir" {
+			t.Errorf("%s acquired %s after the drain", sp.Runner, sp.Shard)
 		}
 	}
 	c.ledger.checkNoOverlap(t)
@@ -520,7 +505,7 @@ func TestConfigValidate(t *testing.T) {
 func TestMetricsRegistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := newCluster(t, 2, testConfig())
-	_, err := New(nopStore{}, storage.RunnerInfo{ID: "m", Weight: 1}, c.meta, c.cfg, WithRegistry(reg))
+	_, err := New(nopStore{}, storage.RunnerInfo{ID: "m", Weight: 1}, c.Meta, c.cfg, WithRegistry(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,9 +580,9 @@ func TestRecoveryBeforeExpiry(t *testing.T) {
 			t.Fatalf("shard %s resumed at epoch %d, had %d", o.Shard, o.Epoch, epochs[o.Shard])
 		}
 	}
-	for _, sp := range c.ledger.acquiredAfter(cutAt) {
-		if sp.runner == "b" {
-			t.Fatalf("b acquired %s during a's recoverable partition", sp.shard)
+	for _, sp := range c.ledger.AcquiredAfter(cutAt) {
+		if sp.Runner == "b" {
+			t.Fatalf("b acquired %s during a's recoverable partition", sp.Shard)
 		}
 	}
 	t.Logf("detached %s after the cut (%s); re-attached %s after healing", det.At.Sub(cutAt), det.Reason, att.At.Sub(healAt))
@@ -669,10 +654,10 @@ func TestDetachWhenLeaderUnreachable(t *testing.T) {
 func TestMetaMismatchRefusesToStart(t *testing.T) {
 	c := newCluster(t, 8, testConfig())
 	st := c.store()
-	if _, err := st.EnsureMeta(context.Background(), c.meta); err != nil {
+	if _, err := st.EnsureMeta(context.Background(), c.Meta); err != nil {
 		t.Fatal(err)
 	}
-	other := c.meta
+	other := c.Meta
 	other.Shards = 16
 	m, err := New(st, storage.RunnerInfo{ID: "odd", Weight: 1}, other, c.cfg)
 	if err != nil {

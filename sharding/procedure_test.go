@@ -20,11 +20,11 @@ import (
 func TestJoinsClusterOfEarlierProcedure(t *testing.T) {
 	testenv.CheckLeaks(t)
 	c := newCluster(t, 16, testConfig())
-	c.meta.Hash = ProcedureV1.Name() // created by an earlier version
+	c.Meta.Hash = ProcedureV1.Name() // created by an earlier version
 	c.start("old", 1)
 	c.waitConverged(c.members(), 15*time.Second)
 
-	meta := c.meta
+	meta := c.Meta
 	meta.Hash = HashName // this version's own idea of a new cluster
 	st := c.store()
 	self := storage.RunnerInfo{ID: "new", Weight: 1, Groups: []string{storage.DefaultGroup}, Version: "test"}
@@ -51,7 +51,7 @@ func TestJoinsClusterOfEarlierProcedure(t *testing.T) {
 			own[o.Shard] = "new"
 		}
 		cands := []Candidate{{ID: "old", Weight: 1}, {ID: "new", Weight: 1}}
-		return len(own) == 16 && maps.Equal(Assignment(own), ProcedureV1.Reassign(c.meta.Groups, 16, cands, own))
+		return len(own) == 16 && maps.Equal(Assignment(own), ProcedureV1.Reassign(c.Meta.Groups, 16, cands, own))
 	})
 	if p := mgr.Procedure(); p != ProcedureV1 {
 		t.Fatalf("the new runner uses %s, want %s", p, ProcedureV1)
@@ -65,12 +65,12 @@ func TestJoinsClusterOfEarlierProcedure(t *testing.T) {
 	// A cluster made by a newer version.
 	c2 := newCluster(t, 16, testConfig())
 	st2 := c2.store()
-	future := c2.meta
+	future := c2.Meta
 	future.Hash = "xxhash64-rendezvous-sticky/v9"
 	if _, err := st2.EnsureMeta(context.Background(), future); err != nil {
 		t.Fatal(err)
 	}
-	mgr2, err := New(st2, self, c2.meta, c2.cfg, WithLogger(testLogger(t, "new2")))
+	mgr2, err := New(st2, self, c2.Meta, c2.cfg, WithLogger(testLogger(t, "new2")))
 	if err != nil {
 		t.Fatal(err)
 	}

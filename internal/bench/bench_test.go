@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"math"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -151,10 +151,6 @@ func TestPerTask(t *testing.T) {
 
 func shard(i int) storage.ShardID { return storage.ShardID{Group: storage.DefaultGroup, Index: i} }
 
-func newTracker() *lockTracker {
-	return &lockTracker{holders: map[storage.ShardID]string{}, waiters: map[*lockWaiter]struct{}{}, done: make(chan struct{})}
-}
-
 func put(s storage.ShardID, runner string) storage.LockEvent {
 	return storage.LockEvent{Kind: storage.EventPut, Shard: s, Lock: storage.ShardLock{Shard: s, RunnerID: runner}}
 }
@@ -163,88 +159,25 @@ func del(s storage.ShardID) storage.LockEvent {
 	return storage.LockEvent{Kind: storage.EventDelete, Shard: s}
 }
 
-// TestLockTrackerAwait: await returns the arrival time of the event that
-// first satisfied the condition, not a later one.
-func TestLockTrackerAwait(t *testing.T) {
-	tr := newTracker()
-	t0 := time.Unix(1000, 0)
-	tr.apply(t0, put(shard(0), "a"))
-	tr.apply(t0, put(shard(1), "a"))
-	movedToB := func(h map[storage.ShardID]string) bool { return h[shard(0)] == "b" && h[shard(1)] == "b" }
-	got := make(chan time.Time, 1)
-	errc := make(chan error, 1)
-	go func() {
-		at, err := tr.await(context.Background(), "the move", 10*time.Second, movedToB)
-		got <- at
-		errc <- err
-	}()
-	// Apply the events only once the waiter is registered, so that the
-	// arrival time comes from the events.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		tr.mu.Lock()
-		n := len(tr.waiters)
-		tr.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter did not register")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	tr.apply(t0.Add(1*time.Second), del(shard(0)))
-	tr.apply(t0.Add(2*time.Second), put(shard(0), "b"))
-	tr.apply(t0.Add(3*time.Second), del(shard(1)))
-	tr.apply(t0.Add(4*time.Second), put(shard(1), "b"))
-	tr.apply(t0.Add(5*time.Second), put(shard(2), "c")) // later, unrelated
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if at := <-got; !at.Equal(t0.Add(4 * time.Second)) {
-		t.Fatalf("await returned %v, want the satisfying event's time %v", at, t0.Add(4*time.Second))
-	}
-	// Already true: returns at once.
-	if _, err := tr.await(context.Background(), "the move", time.Millisecond, movedToB); err != nil {
-		t.Fatalf("await of a holding condition: %v", err)
-	}
-	// Never true: a clear timeout naming what was awaited.
-	_, err := tr.await(context.Background(), "shard 9 to be locked", 20*time.Millisecond, func(h map[storage.ShardID]string) bool { return h[shard(9)] != "" })
-	if err == nil || !strings.Contains(err.Error(), "shard 9 to be locked") {
-		t.Fatalf("await timeout: %v, want an error naming the condition", err)
-	}
-	// Cancelled.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := tr.await(ctx, "x", time.Minute, func(map[storage.ShardID]string) bool { return false }); !errors.Is(err, context.Canceled) {
-		t.Fatalf("await with a cancelled context: %v", err)
-	}
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if len(tr.waiters) != 0 {
-		t.Fatalf("%d waiters left registered", len(tr.waiters))
-	}
-}
-
 // TestShardGaps: per shard, from the victim's lock deletion to the next
 // lock by another runner; shards of others and the victim's re-locks are
 // ignored.
 func TestShardGaps(t *testing.T) {
-	tr := newTracker()
+	tr := harness.NewLockTimeline()
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	tr.apply(t0, put(shard(0), "v"))
-	tr.apply(t0, put(shard(1), "v"))
-	tr.apply(t0, put(shard(2), "w"))
-	tr.apply(ms(10), del(shard(0)))
-	tr.apply(ms(12), put(shard(0), "w"))
-	tr.apply(ms(20), del(shard(2))) // not the victim's
-	tr.apply(ms(25), put(shard(2), "x"))
-	tr.apply(ms(30), del(shard(1)))
-	tr.apply(ms(35), put(shard(1), "v")) // the victim again: not a handover
-	tr.apply(ms(40), del(shard(1)))
-	tr.apply(ms(47), put(shard(1), "x"))
-	got := shardGaps(tr.since(t0.Add(time.Millisecond)), "v", []storage.ShardID{shard(0), shard(1)})
+	tr.Record(t0, put(shard(0), "v"))
+	tr.Record(t0, put(shard(1), "v"))
+	tr.Record(t0, put(shard(2), "w"))
+	tr.Record(ms(10), del(shard(0)))
+	tr.Record(ms(12), put(shard(0), "w"))
+	tr.Record(ms(20), del(shard(2))) // not the victim's
+	tr.Record(ms(25), put(shard(2), "x"))
+	tr.Record(ms(30), del(shard(1)))
+	tr.Record(ms(35), put(shard(1), "v")) // the victim again: not a handover
+	tr.Record(ms(40), del(shard(1)))
+	tr.Record(ms(47), put(shard(1), "x"))
+	got := shardGaps(tr.Since(t0.Add(time.Millisecond)), "v", []storage.ShardID{shard(0), shard(1)})
 	slices.Sort(got)
 	if !slices.Equal(got, []float64{2, 7}) {
 		t.Fatalf("gaps = %v, want [2 7]", got)

@@ -52,7 +52,7 @@ func (c *cluster) startChild(id string) (*child, error) {
 	if err := os.WriteFile(cfgPath, []byte("# tenure bench: runner settings are in TENURE_* variables\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	log, err := e.logFile(safeName(c.name + "-" + id + ".log"))
+	log, err := e.logFile(safeName(c.Name + "-" + id + ".log"))
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,11 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
@@ -23,18 +23,21 @@ import (
 // the assignment says.
 const convergeTimeout = 60 * time.Second
 
-// cluster is one scenario's cluster: a fresh name (so fresh etcd and S3
-// prefixes), the settings every runner of it shares, and the bench's own
-// view of its etcd.
+// cluster is one scenario's cluster (see package harness): a fresh name
+// (so fresh etcd and S3 prefixes), the settings every runner of it shares,
+// and the bench's own view of its etcd: a store and the timeline of its
+// shard locks.
 type cluster struct {
+	*harness.Cluster
 	env       *env
-	name      string
-	shards    int
-	infra     Infra
 	overrides []string // runner config keys, as key=value
 	store     *etcd.Store
-	locks     *lockTracker
+	locks     *harness.LockTimeline
 }
+
+// Cleanup has f run when the run ends: the harness closes a cluster's
+// stores and proxies through it.
+func (e *env) Cleanup(f func()) { e.onClose(f) }
 
 // newCluster creates a cluster of shards shards, with the bench's lease
 // TTL and the product's other defaults, and starts watching its locks.
@@ -43,33 +46,25 @@ func (e *env) newCluster(ctx context.Context, scenario string, shards int) (*clu
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{env: e, name: e.clusterName(scenario), shards: shards, infra: in}
-	c.overrides = []string{
-		"cluster=" + c.name,
-		"shards=" + strconv.Itoa(shards),
-		"etcd.endpoints=" + in.EtcdEndpoint,
-		"s3.endpoint=" + in.S3Endpoint,
-		"s3.region=" + in.S3Region,
-		"s3.bucket=" + in.Bucket,
-		"s3.path_style=true",
-		"s3.access_key=" + in.AccessKey,
-		"s3.secret_key=" + in.SecretKey,
-		"lease.ttl=" + LeaseTTL.String(),
+	name := e.clusterName(scenario)
+	c := &cluster{env: e, Cluster: harness.New(e, harness.Spec{Name: name, Etcd: in.EtcdEndpoint, Prefix: runner.EtcdPrefix(name),
+		Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
+		S3:   harness.S3{Endpoint: in.S3Endpoint, Region: in.S3Region, AccessKey: in.AccessKey, SecretKey: in.SecretKey, Bucket: in.Bucket}})}
+	c.overrides = append(c.RunnerConfig(in.EtcdEndpoint),
+		"lease.ttl="+LeaseTTL.String(),
 		"drain_timeout=10s",
 		"admin_addr=127.0.0.1:0",
 		"log.level=warn",
-	}
-	c.store, err = etcd.Dial(ctx, etcd.DialConfig{Endpoints: []string{in.EtcdEndpoint}, DialTimeout: 10 * time.Second},
-		etcd.WithPrefix(runner.EtcdPrefix(c.name)), etcd.WithRequestTimeout(5*time.Second))
+	)
+	c.store, err = c.Store(ctx, "", etcd.WithRequestTimeout(5*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", scenario, err)
 	}
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	c.locks = watchLocks(wctx, c.store)
+	c.locks = harness.WatchLocks(wctx, c.store)
 	e.onClose(func() {
 		stopWatch()
-		c.locks.wait()
-		c.store.Close()
+		c.locks.Wait()
 	})
 	return c, nil
 }
@@ -81,11 +76,6 @@ func (c *cluster) config(id string, extra ...string) (runner.Config, error) {
 		return runner.Config{}, fmt.Errorf("bench: runner %s config: %w", id, err)
 	}
 	return cfg, nil
-}
-
-// meta is the cluster's shape as runners record it.
-func (c *cluster) meta() storage.ClusterMeta {
-	return storage.ClusterMeta{Shards: c.shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}
 }
 
 // objects opens a store on the cluster's S3 prefix; extra are config
@@ -111,7 +101,7 @@ func (c *cluster) client(ctx context.Context, extra ...string) (*task.Client, er
 		return nil, err
 	}
 	tc, err := task.NewClient(task.NewStore(obj, task.WithLogger(slog.New(slog.DiscardHandler))),
-		task.ClientConfig{Shards: c.shards, Waker: c.store, Logger: slog.New(slog.DiscardHandler)})
+		task.ClientConfig{Shards: c.Meta.Shards, Waker: c.store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("bench: task client: %w", err)
 	}
@@ -124,26 +114,12 @@ func (c *cluster) client(ctx context.Context, extra ...string) (*task.Client, er
 // state a stable cluster rests in.
 func (c *cluster) converged(ctx context.Context, ids []string) error {
 	want := slices.Sorted(slices.Values(ids))
-	deadline := time.Now().Add(convergeTimeout)
-	var why string
-	for {
-		ok, w, err := c.isConverged(ctx, want)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		why = w
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: cluster %s did not converge within %s: %s", c.name, convergeTimeout, why)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := harness.Await(ctx, convergeTimeout, 20*time.Millisecond, func() (bool, string, error) {
+		return c.isConverged(ctx, want)
+	}); err != nil {
+		return fmt.Errorf("bench: cluster %s did not converge: %w", c.Name, err)
 	}
+	return nil
 }
 
 func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string, error) {
@@ -151,7 +127,7 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 	defer cancel()
 	runners, _, err := c.store.Runners(rctx)
 	if err != nil {
-		return false, "", fmt.Errorf("bench: cluster %s: %w", c.name, err)
+		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
 	}
 	var ids []string
 	var cands []sharding.Candidate
@@ -163,18 +139,15 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 	if !slices.Equal(ids, want) {
 		return false, fmt.Sprintf("registered runners %v, want %v", ids, want), nil
 	}
-	locks, _, err := c.store.ShardLocks(rctx)
+	holders, err := harness.Holders(rctx, c.store)
 	if err != nil {
-		return false, "", fmt.Errorf("bench: cluster %s: %w", c.name, err)
+		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
 	}
-	current := sharding.Assignment{}
-	for _, l := range locks {
-		current[l.Shard] = l.RunnerID
+	current := sharding.Assignment(holders)
+	if len(current) != c.Meta.Shards {
+		return false, fmt.Sprintf("%d of %d shards locked", len(current), c.Meta.Shards), nil
 	}
-	if len(current) != c.shards {
-		return false, fmt.Sprintf("%d of %d shards locked", len(current), c.shards), nil
-	}
-	next := sharding.Reassign(c.meta().Groups, c.shards, cands, current)
+	next := sharding.Reassign(c.Meta.Groups, c.Meta.Shards, cands, current)
 	if !maps.Equal(next, current) {
 		return false, fmt.Sprintf("locks [%s] differ from the assignment [%s]", describeCounts(current.Counts()), describeCounts(next.Counts())), nil
 	}

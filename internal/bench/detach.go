@@ -106,9 +106,9 @@ func detachTrial(ctx context.Context, e *env, n int) (DetachTrial, time.Duration
 		return DetachTrial{}, 0, err
 	}
 	id := fmt.Sprintf("detach-%d", n)
-	u, err := url.Parse(c.infra.EtcdEndpoint)
+	u, err := url.Parse(c.Etcd)
 	if err != nil {
-		return DetachTrial{}, 0, fmt.Errorf("etcd endpoint %q: %w", c.infra.EtcdEndpoint, err)
+		return DetachTrial{}, 0, fmt.Errorf("etcd endpoint %q: %w", c.Etcd, err)
 	}
 	proxy, err := netproxy.New(u.Host)
 	if err != nil {
@@ -150,9 +150,9 @@ func detachTrial(ctx context.Context, e *env, n int) (DetachTrial, time.Duration
 				n++
 			}
 		}
-		return n == c.shards
+		return n == c.Meta.Shards
 	}
-	if _, err := c.locks.await(ctx, fmt.Sprintf("runner %s to own all %d shards", id, c.shards), ownWithin, ownsAll); err != nil {
+	if _, err := c.locks.Await(ctx, fmt.Sprintf("runner %s to own all %d shards", id, c.Meta.Shards), ownWithin, ownsAll); err != nil {
 		if ferr := x.failed(); ferr != nil {
 			return DetachTrial{}, 0, ferr
 		}
@@ -161,7 +161,7 @@ func detachTrial(ctx context.Context, e *env, n int) (DetachTrial, time.Duration
 
 	// The runner's lease, from its key, read by the bench directly.
 	cli := c.store.Client()
-	key := runner.EtcdPrefix(c.name) + "runners/" + id
+	key := runner.EtcdPrefix(c.Name) + "runners/" + id
 	gctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
 	resp, err := cli.Get(gctx, key)
 	cancel()

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -90,7 +91,7 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 	for i := range e.trials {
 		victim := ids[i%len(ids)]
 		var theirs []storage.ShardID
-		for s, h := range c.locks.snapshot() {
+		for s, h := range c.locks.Holders() {
 			if h == victim {
 				theirs = append(theirs, s)
 			}
@@ -102,7 +103,7 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 		if err := procs[victim].signal(sig); err != nil {
 			return nil, err
 		}
-		at, err := c.locks.await(ctx, fmt.Sprintf("the %d shards of %s to be locked by the others", len(theirs), victim), within,
+		at, err := c.locks.Await(ctx, fmt.Sprintf("the %d shards of %s to be locked by the others", len(theirs), victim), within,
 			func(h map[storage.ShardID]string) bool {
 				for _, s := range theirs {
 					if h[s] == "" || h[s] == victim {
@@ -122,7 +123,7 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 			return nil, fmt.Errorf("bench: %s: runner %s exited with code %d after SIGTERM, want 0 (log %s)", scenario, victim, code, procs[victim].logPath)
 		}
 		d := at.Sub(t0)
-		gaps = append(gaps, shardGaps(c.locks.since(t0), victim, theirs)...)
+		gaps = append(gaps, shardGaps(c.locks.Since(t0), victim, theirs)...)
 		tr := HandoverTrial{Victim: victim, Shards: len(theirs), MS: ms(d), XTTL: round(float64(d)/float64(LeaseTTL), 3), ExitCode: code}
 		res.Trials = append(res.Trials, tr)
 		secs, ratios = append(secs, tr.MS), append(ratios, tr.XTTL)
@@ -145,7 +146,7 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 
 // shardGaps returns, per shard of theirs, the time in ms from the deletion
 // of victim's lock to the shard's next lock, from events in arrival order.
-func shardGaps(events []lockEvent, victim string, theirs []storage.ShardID) []float64 {
+func shardGaps(events []harness.LockChange, victim string, theirs []storage.ShardID) []float64 {
 	want := map[storage.ShardID]bool{}
 	for _, s := range theirs {
 		want[s] = true
@@ -153,16 +154,16 @@ func shardGaps(events []lockEvent, victim string, theirs []storage.ShardID) []fl
 	deleted := map[storage.ShardID]time.Time{}
 	var out []float64
 	for _, ev := range events {
-		if !want[ev.shard] {
+		if !want[ev.Shard] {
 			continue
 		}
 		switch {
-		case ev.prev == victim && ev.holder == "":
-			deleted[ev.shard] = ev.at
-		case ev.holder != "" && ev.holder != victim:
-			if t, ok := deleted[ev.shard]; ok {
-				out = append(out, ms(ev.at.Sub(t)))
-				delete(want, ev.shard)
+		case ev.Prev == victim && ev.Holder == "":
+			deleted[ev.Shard] = ev.At
+		case ev.Holder != "" && ev.Holder != victim:
+			if t, ok := deleted[ev.Shard]; ok {
+				out = append(out, ms(ev.At.Sub(t)))
+				delete(want, ev.Shard)
 			}
 		}
 	}

@@ -1,13 +1,14 @@
 package bench
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
 )
 
@@ -18,11 +19,10 @@ const stopTimeout = 30 * time.Second
 // inproc is a runner running in the bench process (runner.New and Run),
 // with its own metrics registry.
 type inproc struct {
+	*harness.Run
 	id      string
 	r       *runner.Runner
 	reg     *prometheus.Registry
-	cancel  context.CancelFunc
-	done    chan error
 	logPath string
 }
 
@@ -34,7 +34,7 @@ func (c *cluster) startRunner(id string, register func(*entity.Host) error, extr
 	if err != nil {
 		return nil, err
 	}
-	log, path, err := c.env.logger(safeName(c.name + "-" + id + ".log"))
+	log, path, err := c.env.logger(safeName(c.Name + "-" + id + ".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +47,7 @@ func (c *cluster) startRunner(id string, register func(*entity.Host) error, extr
 	if err != nil {
 		return nil, fmt.Errorf("bench: runner %s: %w", id, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	x := &inproc{id: id, r: r, reg: reg, cancel: cancel, done: make(chan error, 1), logPath: path}
-	go func() { x.done <- r.Run(ctx) }()
+	x := &inproc{Run: harness.Go(r.Run), id: id, r: r, reg: reg, logPath: path}
 	c.env.onClose(func() { x.stop() })
 	return x, nil
 }
@@ -57,34 +55,26 @@ func (c *cluster) startRunner(id string, register func(*entity.Host) error, extr
 // stop stops the runner gracefully and waits for it, at most stopTimeout.
 // It is idempotent.
 func (x *inproc) stop() error {
-	if x.cancel == nil {
-		return nil
-	}
-	x.cancel()
-	x.cancel = nil
-	select {
-	case err := <-x.done:
-		if err != nil {
-			return fmt.Errorf("bench: runner %s: %w (log %s)", x.id, err, x.logPath)
-		}
-		return nil
-	case <-time.After(stopTimeout):
+	switch err := x.Stop(stopTimeout); {
+	case errors.Is(err, harness.ErrStopTimeout):
 		return fmt.Errorf("bench: runner %s did not stop within %s (log %s)", x.id, stopTimeout, x.logPath)
+	case err != nil:
+		return fmt.Errorf("bench: runner %s: %w (log %s)", x.id, err, x.logPath)
 	}
+	return nil
 }
 
-// failed returns the runner's error if Run has returned early.
+// failed returns the runner's error if Run has returned early (before
+// stop).
 func (x *inproc) failed() error {
-	select {
-	case err := <-x.done:
-		x.done <- err
-		if err == nil {
-			return fmt.Errorf("bench: runner %s stopped (log %s)", x.id, x.logPath)
-		}
-		return fmt.Errorf("bench: runner %s: %w (log %s)", x.id, err, x.logPath)
-	default:
+	exited, err := x.Exited()
+	switch {
+	case !exited || !x.Running():
 		return nil
+	case err == nil:
+		return fmt.Errorf("bench: runner %s stopped (log %s)", x.id, x.logPath)
 	}
+	return fmt.Errorf("bench: runner %s: %w (log %s)", x.id, err, x.logPath)
 }
 
 // counters sums the counter family name of the runners' registries by the

@@ -165,7 +165,7 @@ func wireOps(p *s3count.Proxy, before s3count.Counts) map[string]float64 {
 // countingProxy starts a counting proxy in front of the cluster's S3
 // endpoint, closed when the run ends.
 func (c *cluster) countingProxy() (*s3count.Proxy, error) {
-	p, err := s3count.New(c.infra.S3Endpoint)
+	p, err := s3count.New(c.S3.Endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -1,0 +1,227 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/storage"
+)
+
+// LockChange is one event of a shard's lock as a LockTimeline saw it.
+type LockChange struct {
+	// At is when the event arrived at the watch: the observer's single
+	// clock. It trails the change itself.
+	At     time.Time
+	Shard  storage.ShardID
+	Holder string // the runner holding the lock after the change; "" when released
+	Prev   string // the holder before it
+	Epoch  int64  // the holder's epoch (the lock's create revision)
+	Rev    int64  // etcd revision of the change
+	// Resync marks a change learnt by a listing after the watch broke,
+	// not as it happened.
+	Resync bool
+}
+
+// LockTimeline is the history of a cluster's shard-lock holders, from an
+// etcd watch of the observer's own (not through any member's proxy): who
+// held which shard, under which epoch, when. It answers the audit's "was
+// this execution inside its runner's tenure" and the bench's "when did the
+// locks first satisfy …".
+type LockTimeline struct {
+	mu      sync.Mutex
+	log     map[storage.ShardID][]LockChange // every event, by shard
+	changes []LockChange                     // the events that changed a holder, in arrival order
+	holders map[storage.ShardID]string
+	waiters map[*lockWaiter]struct{}
+	err     error // why the watch ended, once it has
+	done    chan struct{}
+}
+
+type lockWaiter struct {
+	pred func(map[storage.ShardID]string) bool
+	at   chan time.Time // buffered: receives once
+}
+
+// NewLockTimeline returns an empty timeline, fed by Record; WatchLocks
+// returns one fed by a watch.
+func NewLockTimeline() *LockTimeline {
+	return &LockTimeline{log: map[storage.ShardID][]LockChange{}, holders: map[storage.ShardID]string{},
+		waiters: map[*lockWaiter]struct{}{}, done: make(chan struct{})}
+}
+
+// WatchLocks follows the shard locks of locks' cluster until ctx ends.
+// Give it a store with a short retry back-off: after a break (the loss of
+// etcd's leader breaks it) the watch re-lists, and catches up as soon as
+// etcd answers again.
+func WatchLocks(ctx context.Context, locks storage.ShardLockReader) *LockTimeline {
+	l := NewLockTimeline()
+	events := locks.WatchShardLocks(ctx)
+	go func() {
+		defer close(l.done)
+		for ev := range events {
+			l.Record(time.Now(), ev)
+		}
+		l.mu.Lock()
+		if ctx.Err() == nil {
+			l.err = errors.New("harness: the shard lock watch ended")
+		} else {
+			l.err = ctx.Err()
+		}
+		l.mu.Unlock()
+	}()
+	return l
+}
+
+// Record adds ev, arrived at at, and wakes the waiters it satisfies: the
+// watch's way in, and a test's. Not to be mixed with a watch's events.
+func (l *LockTimeline) Record(at time.Time, ev storage.LockEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := LockChange{At: at, Shard: ev.Shard, Prev: l.holders[ev.Shard], Rev: ev.Revision, Resync: ev.Resync}
+	if ev.Kind == storage.EventPut && ev.Err == nil {
+		ch.Holder, ch.Epoch = ev.Lock.RunnerID, ev.Lock.Epoch
+	}
+	l.log[ev.Shard] = append(l.log[ev.Shard], ch)
+	if ch.Holder == "" {
+		delete(l.holders, ev.Shard)
+	} else {
+		l.holders[ev.Shard] = ch.Holder
+	}
+	if ch.Holder != ch.Prev {
+		l.changes = append(l.changes, ch)
+	}
+	for w := range l.waiters {
+		if w.pred(l.holders) {
+			w.at <- at
+			delete(l.waiters, w)
+		}
+	}
+}
+
+// Wait waits for the watch to end (after its context).
+func (l *LockTimeline) Wait() { <-l.done }
+
+// HeldThroughout reports whether runner held shard's lock under epoch for
+// the whole of [start, end].
+//
+// That the tenure had begun by start is proven by the execution itself: the
+// epoch is the lock's create revision, which the runner learnt from etcd
+// when it acquired the lock, before it claimed the task; so the tenure need
+// only appear in the log, whenever the watch delivered it (a watch cut off
+// by the loss of etcd's leader delivers it late, after the runner has
+// started work: the arrival time says nothing then). That nothing ended the
+// tenure before end is read from arrival times: the first later change of
+// the shard's lock (a release, another holder or epoch) must arrive after
+// end. Arrivals trail the changes, so this errs towards "held".
+func (l *LockTimeline) HeldThroughout(shard storage.ShardID, runner string, epoch int64, start, end time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	evs := l.log[shard]
+	same := func(ch LockChange) bool { return ch.Holder == runner && ch.Epoch == epoch }
+	i := slices.IndexFunc(evs, same)
+	if i < 0 {
+		return false
+	}
+	for _, ch := range evs[i+1:] {
+		if same(ch) {
+			continue // the same tenure, listed again
+		}
+		return !ch.At.Before(end)
+	}
+	return true
+}
+
+// Around describes shard's lock events that arrived within d of [start,
+// end], for a report.
+func (l *LockTimeline) Around(shard storage.ShardID, start, end time.Time, d time.Duration) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for _, ch := range l.log[shard] {
+		if ch.At.Before(start.Add(-d)) || ch.At.After(end.Add(d)) {
+			continue
+		}
+		who := "released"
+		if ch.Holder != "" {
+			who = fmt.Sprintf("%s@%d", ch.Holder, ch.Epoch)
+		}
+		if ch.Resync {
+			who += " (re-listed)"
+		}
+		parts = append(parts, fmt.Sprintf("%s rev %d %s", ch.At.Format("15:04:05.000"), ch.Rev, who))
+	}
+	if len(parts) == 0 {
+		return "no change within " + d.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Holders returns the current holders: shard → runner id.
+func (l *LockTimeline) Holders() map[storage.ShardID]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[storage.ShardID]string, len(l.holders))
+	for s, h := range l.holders {
+		out[s] = h
+	}
+	return out
+}
+
+// Since returns the changes of holder that arrived at or after from, in
+// arrival order (a lock listed again under the same holder is not one).
+func (l *LockTimeline) Since(from time.Time) []LockChange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return since(l.changes, func(ch LockChange) time.Time { return ch.At }, from)
+}
+
+// Await returns the arrival time of the first event after which pred
+// holds of the holders (now, if it holds already), or an error after
+// within, when ctx ends or when the watch ends. pred is called with the
+// timeline locked and must not keep the map.
+func (l *LockTimeline) Await(ctx context.Context, what string, within time.Duration, pred func(map[storage.ShardID]string) bool) (time.Time, error) {
+	w := &lockWaiter{pred: pred, at: make(chan time.Time, 1)}
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return time.Time{}, err
+	}
+	if pred(l.holders) {
+		l.mu.Unlock()
+		return time.Now(), nil
+	}
+	l.waiters[w] = struct{}{}
+	l.mu.Unlock()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case at := <-w.at:
+		return at, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-l.done:
+	}
+	l.mu.Lock()
+	delete(l.waiters, w)
+	held := len(l.holders)
+	err := l.err
+	l.mu.Unlock()
+	select {
+	case at := <-w.at: // satisfied meanwhile
+		return at, nil
+	default:
+	}
+	switch {
+	case ctx.Err() != nil:
+		return time.Time{}, ctx.Err()
+	case err != nil:
+		return time.Time{}, fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return time.Time{}, fmt.Errorf("%w after %s waiting for %s (%d shards locked)", ErrTimeout, within, what, held)
+}
