@@ -25,6 +25,7 @@ type InputError struct {
 	Err    error  // encoding/json's reason
 }
 
+// Error names the task, its type and the Go type, with the reason.
 func (e *InputError) Error() string {
 	return fmt.Sprintf("entity: task %s (type %s): input does not decode into %s: %v", e.Task, e.Type, e.GoType, e.Err)
 }

@@ -30,6 +30,7 @@ type ResultError struct {
 	Err    error  // encoding/json's reason
 }
 
+// Error names the task and the Go type, with the reason.
 func (e *ResultError) Error() string {
 	return fmt.Sprintf("task: result of %s does not decode into %s: %v", e.Ref, e.GoType, e.Err)
 }
