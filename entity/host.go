@@ -23,7 +23,7 @@ type Host struct {
 	tasks    *task.Store
 	wakes    storage.WakeWatcher
 	runnerID string
-	reg      registry
+	reg      *registry
 	log      *slog.Logger
 	metrics  *metrics
 	tracer   trace.Tracer
@@ -61,6 +61,7 @@ type hostOptions struct {
 	logger   *slog.Logger
 	registry prometheus.Registerer
 	tracer   trace.TracerProvider
+	types    *Types // registered before the host existed (WithTypes)
 }
 
 // WithLogger sets the logger (default: discard).
@@ -97,6 +98,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		tasks:      tasks,
 		wakes:      wakes,
 		runnerID:   runnerID,
+		reg:        o.types.registry(),
 		log:        o.logger.With("runner", runnerID),
 		metrics:    newMetrics(o.registry),
 		tracer:     o.tracer.Tracer("github.com/tenurehq/tenure/entity"),
@@ -120,12 +122,7 @@ func (h *Host) Register(typ string, f Factory) error { return h.reg.register(typ
 
 // RegisterFunc registers a task type handled by fn, with no per-entity
 // state.
-func (h *Host) RegisterFunc(typ string, fn HandlerFunc) error {
-	if fn == nil {
-		return fmt.Errorf("%w: task type %q: nil handler", ErrInvalidConfig, typ)
-	}
-	return h.reg.register(typ, func(string) (Entity, error) { return fn, nil })
-}
+func (h *Host) RegisterFunc(typ string, fn HandlerFunc) error { return h.reg.registerFunc(typ, fn) }
 
 // Types lists the registered task types, sorted.
 func (h *Host) Types() []string { return h.reg.names() }

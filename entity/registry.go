@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sync"
@@ -91,6 +92,26 @@ func (r *registry) register(typ string, f Factory) error {
 	}
 	r.types[typ] = f
 	return nil
+}
+
+// registerFunc registers a type handled by fn, with no per-entity state.
+func (r *registry) registerFunc(typ string, fn HandlerFunc) error {
+	if fn == nil {
+		return fmt.Errorf("%w: task type %q: nil handler", ErrInvalidConfig, typ)
+	}
+	return r.register(typ, func(string) (Entity, error) { return fn, nil })
+}
+
+// clone returns a registry holding r's types; nil r gives an empty one.
+func (r *registry) clone() *registry {
+	c := &registry{types: map[string]Factory{}}
+	if r == nil {
+		return c
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	maps.Copy(c.types, r.types)
+	return c
 }
 
 func (r *registry) lookup(typ string) (Factory, bool) {

@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,12 +34,13 @@ var Version = "dev"
 // dynamic config watcher and the admin HTTP server, with one owner for their
 // lifetimes.
 type Runner struct {
-	cfg     Config
-	log     *slog.Logger // with the runner id
-	base    *slog.Logger // without: for components that add it
-	reg     *prometheus.Registry
-	tracer  trace.TracerProvider
-	started time.Time
+	cfg      Config
+	log      *slog.Logger // with the runner id
+	base     *slog.Logger // without: for components that add it
+	reg      prometheus.Registerer
+	gatherer prometheus.Gatherer // what /metrics serves
+	tracer   trace.TracerProvider
+	started  time.Time
 
 	rs    *etcd.Store
 	obj   *s3store.Store
@@ -52,6 +51,11 @@ type Runner struct {
 	ln    net.Listener
 
 	registerTypes []func(*entity.Host) error
+	types         *entity.Types // collected by New, given to the host by Run
+	gatherers     []prometheus.Gatherer
+
+	// life says how far Run has gone, for Client (see life.go).
+	life life
 
 	mu         sync.Mutex
 	dynamic    dynamicState
@@ -69,9 +73,18 @@ type dynamicState struct {
 // Option configures a Runner.
 type Option func(*Runner)
 
-// WithRegistry exports the runner's metrics on reg (default: a private
-// registry, served at /metrics).
-func WithRegistry(reg *prometheus.Registry) Option { return func(r *Runner) { r.reg = reg } }
+// WithRegistry registers the runner's metrics on reg and serves gatherers
+// at /metrics on the admin address (merged, as prometheus.Gatherers does).
+// Without gatherers reg itself is served, and must then be a
+// prometheus.Gatherer too: a *prometheus.Registry is both, so
+// WithRegistry(reg) serves what the runner registers. Give a gatherer when
+// reg is not one (prometheus.WrapRegistererWith(labels, reg) registers
+// through reg, which gathers), or to serve other collectors beside the
+// runner's. Default: a private registry with the Go and process
+// collectors.
+func WithRegistry(reg prometheus.Registerer, gatherers ...prometheus.Gatherer) Option {
+	return func(r *Runner) { r.reg, r.gatherers = reg, gatherers }
+}
 
 // WithLogger sets the logger (default: from the config's log settings, on
 // stderr).
@@ -81,21 +94,34 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 // else none).
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(r *Runner) { r.tracer = tp } }
 
-// WithTypes registers task and entity types on the host before the runner
-// starts: how a Go service embeds Tenure.
+// WithTypes registers task and entity types: how a Go service embeds
+// Tenure. New runs register at once, on a host that only records types
+// (see entity.Types.Collect: register may call Register, RegisterFunc and
+// Types, nothing else), so that an invalid or duplicate type name fails
+// New; the host Run creates starts with them. May be given more than once:
+// a type registered by two calls is a duplicate.
 func WithTypes(register func(*entity.Host) error) Option {
 	return func(r *Runner) { r.registerTypes = append(r.registerTypes, register) }
 }
 
-// New validates cfg and returns a runner; Run starts it. It logs one
-// warning naming the environment variables Load ignored (cfg.UnknownEnv).
+// New validates cfg, collects the types of WithTypes and returns a runner;
+// Run starts it. Nothing connects before Run. It logs one warning naming
+// the environment variables Load ignored (cfg.UnknownEnv).
 func New(cfg Config, opts ...Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg}
+	r := &Runner{cfg: cfg, types: &entity.Types{}, life: newLife()}
 	for _, opt := range opts {
 		opt(r)
+	}
+	for _, register := range r.registerTypes {
+		if err := r.types.Collect(register); err != nil {
+			return nil, fmt.Errorf("runner %s: registering types: %w", cfg.RunnerID, err)
+		}
+	}
+	if err := r.setMetrics(); err != nil {
+		return nil, err
 	}
 	if r.log == nil {
 		r.log = NewLogger(cfg.Log, os.Stderr)
@@ -106,10 +132,6 @@ func New(cfg Config, opts ...Option) (*Runner, error) {
 	r.log = r.log.With("runner", cfg.RunnerID)
 	if names := cfg.UnknownEnv(); len(names) > 0 {
 		r.log.Warn("ignoring environment variables that name no config key", "vars", strings.Join(names, ","))
-	}
-	if r.reg == nil {
-		r.reg = prometheus.NewRegistry()
-		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if r.tracer == nil {
 		r.tracer = noop.NewTracerProvider()
@@ -131,8 +153,43 @@ func NewLogger(c LogConfig, w *os.File) *slog.Logger {
 // Config returns the runner's configuration.
 func (r *Runner) Config() Config { return r.cfg }
 
-// Registry returns the runner's metrics registry.
-func (r *Runner) Registry() *prometheus.Registry { return r.reg }
+// setMetrics settles where metrics are registered and what /metrics
+// serves (see WithRegistry).
+func (r *Runner) setMetrics() error {
+	if r.reg == nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		r.reg = reg
+	}
+	if slices.Contains(r.gatherers, nil) {
+		return fmt.Errorf("%w: WithRegistry: nil gatherer", ErrInvalidConfig)
+	}
+	switch g, ok := r.reg.(prometheus.Gatherer); {
+	case len(r.gatherers) == 1:
+		r.gatherer = r.gatherers[0]
+	case len(r.gatherers) > 1:
+		r.gatherer = prometheus.Gatherers(r.gatherers)
+	case ok:
+		r.gatherer = g
+	default:
+		return fmt.Errorf("%w: WithRegistry: the registerer (%T) is no prometheus.Gatherer: give the gatherer /metrics is to serve", ErrInvalidConfig, r.reg)
+	}
+	return nil
+}
+
+// Registry returns the registry the runner's metrics are registered on
+// when it is a *prometheus.Registry (the default, or one given to
+// WithRegistry); nil otherwise (see Registerer and Gatherer).
+func (r *Runner) Registry() *prometheus.Registry {
+	reg, _ := r.reg.(*prometheus.Registry)
+	return reg
+}
+
+// Registerer returns where the runner registers its metrics.
+func (r *Runner) Registerer() prometheus.Registerer { return r.reg }
+
+// Gatherer returns what the runner serves at /metrics.
+func (r *Runner) Gatherer() prometheus.Gatherer { return r.gatherer }
 
 // AdminAddr returns the address the admin server listens on, once Run has
 // started it ("" before, or when disabled).
@@ -167,22 +224,33 @@ func (r *Runner) clusterProcedure(ctx context.Context) string {
 // gracefully: it drains (the others take its shards, each handed over after
 // its in-flight tasks are requeued), revokes its lease and returns nil. A
 // startup failure (unreachable etcd or S3, a missing bucket, a cluster meta
-// that disagrees) is returned at once.
-func (r *Runner) Run(ctx context.Context) error {
+// that disagrees) is returned at once. A runner runs once: a second call
+// returns ErrRunAgain.
+func (r *Runner) Run(ctx context.Context) (err error) {
+	if !r.life.begin() {
+		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, ErrRunAgain)
+	}
+	// Clients sharing the connections (Client) learn of the stop before
+	// the connections close, so that they report ErrStopped rather than a
+	// closed connection.
+	defer func() {
+		r.life.end(err)
+		r.closeStores()
+	}()
 	r.started = time.Now()
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	defer r.closeStores()
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Etcd.RequestTimeout.Std())
 	meta := storage.ClusterMeta{Shards: r.cfg.Shards, Groups: sortedGroups(r.cfg.ShardGroups), Hash: r.clusterProcedure(cctx)}
-	_, err := r.rs.EnsureMeta(cctx, meta)
+	stored, err := r.rs.EnsureMeta(cctx, meta)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("runner %s: cluster %q: %w", r.cfg.RunnerID, r.cfg.Cluster, err)
 	}
+	r.life.connected(stored)
 
-	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(),
+	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
 		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer))
 	if err != nil {
 		return err
@@ -190,11 +258,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.host = host
 	r.mu.Unlock()
-	for _, register := range r.registerTypes {
-		if err := register(r.host); err != nil {
-			return fmt.Errorf("runner %s: registering types: %w", r.cfg.RunnerID, err)
-		}
-	}
 	if err := r.startAdmin(); err != nil {
 		return err
 	}
@@ -323,96 +386,6 @@ func (r *Runner) closeStores() {
 	if r.rs != nil {
 		r.rs.Close()
 	}
-}
-
-// EtcdPrefix is a cluster's etcd key prefix.
-func EtcdPrefix(cluster string) string { return "/tenure/" + cluster + "/" }
-
-// S3Prefix is a cluster's default S3 key prefix.
-func S3Prefix(cfg Config) string {
-	if cfg.S3.Prefix != "" {
-		return cfg.S3.Prefix
-	}
-	return "tenure/" + cfg.Cluster + "/"
-}
-
-// DialEtcd connects to the configured etcd (TLS, auth, dial timeout) and
-// returns a store on the cluster's prefix with the configured request
-// timeout; opts add to those.
-func DialEtcd(ctx context.Context, cfg Config, opts ...etcd.Option) (*etcd.Store, error) {
-	tlsCfg, err := EtcdTLS(cfg.Etcd)
-	if err != nil {
-		return nil, err
-	}
-	opts = append([]etcd.Option{etcd.WithPrefix(EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std())}, opts...)
-	return etcd.Dial(ctx, etcd.DialConfig{
-		Endpoints:   cfg.Etcd.Endpoints,
-		DialTimeout: cfg.Etcd.DialTimeout.Std(),
-		TLS:         tlsCfg,
-		Username:    cfg.Etcd.Username,
-		Password:    cfg.Etcd.Password,
-	}, opts...)
-}
-
-// NewObjectStore returns a store on the configured S3 bucket and prefix; it
-// makes no request.
-func NewObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
-	cc := s3store.DefaultClientConfig()
-	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
-	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
-	client, err := s3store.NewClient(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	opts = append([]s3store.Option{s3store.WithPrefix(S3Prefix(cfg)), s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std())}, opts...)
-	return s3store.New(client, cfg.S3.Bucket, opts...)
-}
-
-// OpenObjectStore is NewObjectStore followed by a check of the bucket
-// (credentials, existence, reachability) with one bounded request.
-func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
-	obj, err := NewObjectStore(ctx, cfg, opts...)
-	if err != nil {
-		return nil, err
-	}
-	if err := obj.Check(ctx); err != nil {
-		return nil, err
-	}
-	return obj, nil
-}
-
-// EtcdTLS builds the TLS config of an etcd connection: nil for plain
-// connections; the system roots for https:// endpoints without a CA file.
-// TLS settings with an http:// endpoint are refused (the etcd client would
-// ignore them), as Config.Validate does.
-func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
-	if err := c.checkSchemes(); err != nil {
-		return nil, err
-	}
-	https := slices.ContainsFunc(c.Endpoints, func(e string) bool { return strings.HasPrefix(e, "https://") })
-	if c.CAFile == "" && c.CertFile == "" && !https {
-		return nil, nil
-	}
-	t := &tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: etcd.ca_file: %w", ErrInvalidConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: etcd.ca_file %s: no PEM certificate in it", ErrInvalidConfig, c.CAFile)
-		}
-		t.RootCAs = pool
-	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: etcd.cert_file/key_file: %w", ErrInvalidConfig, err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return t, nil
 }
 
 func sortedGroups(gs []string) []string {

@@ -21,7 +21,6 @@ import (
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
-	s3store "github.com/tenurehq/tenure/storage/s3"
 )
 
 // CLI is what every command gets: where to write, the environment, and the
@@ -43,7 +42,7 @@ type CLI struct {
 var ErrNoConfig = errors.New("no config: run `tenure dev` here or pass --config")
 
 // ErrNotInitialised reports a cluster whose meta is not in etcd yet.
-var ErrNotInitialised = errors.New("cluster not initialised: no runner has started")
+var ErrNotInitialised = runner.ErrClusterNotFound
 
 // devConfigPath is where `tenure dev` writes its config, relative to the
 // working directory.
@@ -99,61 +98,46 @@ type Conn struct {
 	Config  runner.Config
 	Meta    storage.ClusterMeta
 	Etcd    *etcd.Store
-	Objects *s3store.Store
+	Objects storage.ObjectStore
 	Tasks   *task.Client
 	// Group is the shard group tasks are submitted to by default: "default"
 	// when the cluster has it, else its first group.
 	Group string
 
-	logger *slog.Logger // warnings of the task client, on stderr
+	client *runner.Client
 }
 
-// Close closes the etcd connection (the S3 client holds nothing to close).
-func (c *Conn) Close() error { return c.Etcd.Close() }
+// Close closes the task client and the etcd connection (the S3 client
+// holds nothing to close).
+func (c *Conn) Close() error { return errors.Join(c.client.Close(), c.Etcd.Close()) }
 
 // Connect dials the cluster of cfg: etcd under /tenure/<cluster>/ and the
-// S3 bucket under its prefix. It reads the cluster meta, which the task
-// client needs for placement: a cluster no runner has started yet gives
-// ErrNotInitialised. No S3 request is made.
-func (c *CLI) Connect(ctx context.Context, cfg runner.Config) (*Conn, error) {
-	obj, err := openObjects(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
+// S3 bucket under its prefix, with a task client placed by the cluster
+// meta (runner.Connect, on the CLI's etcd connection; opts add to its
+// options, e.g. runner.WithGroup). A cluster no runner has started yet
+// gives ErrNotInitialised. No S3 request is made.
+func (c *CLI) Connect(ctx context.Context, cfg runner.Config, opts ...runner.ClientOption) (*Conn, error) {
 	rs, err := c.dialEtcd(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	meta, err := rs.Meta(ctx)
-	if err != nil {
-		rs.Close()
-		if errors.Is(err, storage.ErrNotFound) {
-			return nil, fmt.Errorf("%w (cluster %q, etcd %s)", ErrNotInitialised, cfg.Cluster, strings.Join(cfg.Etcd.Endpoints, ","))
-		}
-		return nil, err
-	}
-	group := meta.Groups[0]
-	if slices.Contains(meta.Groups, storage.DefaultGroup) {
-		group = storage.DefaultGroup
-	}
+	// The CLI is no runner: its default group is the cluster's ("default",
+	// else its first), not the first one the config's runners serve.
+	cfg.Groups = nil
 	logger := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store := task.NewStore(obj, task.WithMaxInputSize(cfg.Entity.MaxInputSize), task.WithLogger(logger))
-	tc, err := task.NewClient(store, task.ClientConfig{Group: group, Shards: meta.Shards, Waker: rs, Logger: logger})
+	opts = append([]runner.ClientOption{runner.WithEtcdClient(rs.Client()), runner.WithClientLogger(logger)}, opts...)
+	client, err := runner.Connect(ctx, cfg, opts...)
 	if err != nil {
 		rs.Close()
 		return nil, err
 	}
-	return &Conn{Config: cfg, Meta: meta, Etcd: rs, Objects: obj, Tasks: tc, Group: group, logger: logger}, nil
+	return &Conn{Config: cfg, Meta: client.Meta(), Etcd: rs, Objects: client.Store().Objects(), Tasks: client.Client,
+		Group: client.Group(), client: client}, nil
 }
 
 // dialEtcd connects to the configured etcd on the cluster's prefix.
 func (c *CLI) dialEtcd(ctx context.Context, cfg runner.Config) (*etcd.Store, error) {
 	return runner.DialEtcd(ctx, cfg)
-}
-
-// openObjects builds the S3 store; it makes no request.
-func openObjects(ctx context.Context, cfg runner.Config) (*s3store.Store, error) {
-	return runner.NewObjectStore(ctx, cfg)
 }
 
 // newFlags returns a command's flag set: errors and usage go to stderr,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -120,7 +121,11 @@ func TaskSubmit(ctx context.Context, cli *CLI, args []string) error {
 	if err != nil {
 		return flatten(err)
 	}
-	conn, err := cli.Connect(ctx, cfg)
+	var opts []runner.ClientOption
+	if *group != "" {
+		opts = append(opts, runner.WithGroup(*group))
+	}
+	conn, err := cli.Connect(ctx, cfg, opts...)
 	if err != nil {
 		return flatten(err)
 	}
@@ -131,11 +136,6 @@ func TaskSubmit(ctx context.Context, cli *CLI, args []string) error {
 	warning := make(chan string, 1)
 	go func() { warning <- typeWarning(ctx, conn, adm, typ) }()
 	client := conn.Tasks
-	if *group != "" && *group != conn.Group {
-		if client, err = task.NewClient(conn.Tasks.Store(), task.ClientConfig{Group: *group, Shards: conn.Meta.Shards, Waker: conn.Etcd, Logger: conn.logger}); err != nil {
-			return err
-		}
-	}
 	t, created, err := client.Submit(ctx, task.SubmitRequest{
 		ID: *id, Type: typ, Entity: *entityID, Input: in,
 		Delay: delay.d, MaxAttempts: *maxAttempts, Timeout: timeout.d,

@@ -11,13 +11,16 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/runner"
 )
 
 // api is the service's own HTTP API. It is a client of the cluster like any
 // other: it submits tasks to S3 and wakes their shard's owner through etcd,
-// wherever that owner runs (this process or another).
+// wherever that owner runs (this process or another). Its client shares
+// the embedded runner's connections (serve sets it once the runner has
+// connected).
 type api struct {
-	tasks *task.Client
+	tasks *runner.Client
 	log   *slog.Logger
 	// wait bounds how long a request waits for its task's result. The task
 	// is durable once submitted: a request that gives up still leaves it to
@@ -68,8 +71,7 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	input, _ := json.Marshal(addInput{Add: &n})
-	t, _, err := a.tasks.Submit(r.Context(), task.SubmitRequest{ID: key, Type: counterType, Entity: id, Input: input})
+	t, _, err := task.SubmitInput(r.Context(), a.tasks, task.SubmitRequest{ID: key, Type: counterType, Entity: id}, addInput{Add: &n})
 	switch {
 	case errors.Is(err, task.ErrConflict):
 		writeError(w, http.StatusConflict, err)
@@ -96,13 +98,11 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 			Detail: "submitted; no result within " + a.wait.String() + ": `tenure task get " + t.Ref() + "` shows it"})
 		return
 	}
-	if done.Status != task.Completed {
-		writeError(w, http.StatusBadGateway, fmt.Errorf("task %s %s: %s", done.Ref(), done.Status, done.Error))
-		return
-	}
-	var res addResult
-	if err := json.Unmarshal(done.Result, &res); err != nil {
-		writeError(w, http.StatusBadGateway, fmt.Errorf("task %s: result %s: %w", done.Ref(), done.Result, err))
+	// A failed or cancelled task, or a result of another shape, is the
+	// cluster's failure, not the request's.
+	res, err := task.Result[addResult](done)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, addResponse{Counter: res.Counter, Total: res.Total, Runner: res.Runner, Task: done.Ref()})

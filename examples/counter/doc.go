@@ -4,8 +4,9 @@
 // instance per counter id, created on the id's first task and handling its
 // tasks one at a time, in submission order. A task {"add": N} adds N to the
 // count and returns the new total. The service also serves a small HTTP API
-// of its own, POST /counters/{id}/add?n=N, which submits such a task with a
-// task.Client, waits for its result and returns the total.
+// of its own, POST /counters/{id}/add?n=N, which submits such a task with the
+// runner's own client (Runner.Client), waits for its result and returns the
+// total.
 //
 // It reads the runner configuration as `tenure run` does (a YAML file, by
 // default ./.tenure-dev/tenure.yaml as `tenure dev` writes it, then

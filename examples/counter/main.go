@@ -15,10 +15,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
-	"github.com/tenurehq/tenure/storage/etcd"
-	s3store "github.com/tenurehq/tenure/storage/s3"
 )
 
 // defaultConfig is where `tenure dev` writes its config file.
@@ -81,7 +78,7 @@ func mainErr(args []string, stderr io.Writer) error {
 		<-ctx.Done()
 		stop()
 	}()
-	svc, err := newService(ctx, cfg, log, *wait)
+	svc, err := newService(cfg, log, *wait)
 	if err != nil {
 		return err
 	}
@@ -100,49 +97,18 @@ func mainErr(args []string, stderr io.Writer) error {
 type service struct {
 	log    *slog.Logger
 	runner *runner.Runner
-	wakes  *etcd.Store // the client's etcd connection, for wake-ups
 	api    *api
 }
 
-// newService builds the runner and connects the API's task client. The
-// runner connects on its own when serve starts it.
-func newService(ctx context.Context, cfg runner.Config, log *slog.Logger, wait time.Duration) (*service, error) {
-	r, err := runner.New(cfg, runner.WithLogger(log), runner.WithTypes(func(h *entity.Host) error {
-		if err := runner.RegisterBuiltins(h); err != nil {
-			return err
-		}
-		return registerCounter(h, cfg.RunnerID, log)
-	}))
+// newService builds the runner with the service's types; a bad
+// registration fails here. Nothing connects before serve runs the runner.
+func newService(cfg runner.Config, log *slog.Logger, wait time.Duration) (*service, error) {
+	r, err := runner.New(cfg, runner.WithLogger(log), runner.WithTypes(runner.RegisterBuiltins),
+		runner.WithTypes(func(h *entity.Host) error { return registerCounter(h, cfg.RunnerID, log) }))
 	if err != nil {
 		return nil, err
 	}
-	wakes, err := runner.DialEtcd(ctx, cfg, etcd.WithLogger(log))
-	if err != nil {
-		return nil, fmt.Errorf("task client: %w", err)
-	}
-	// The client's S3 requests count into the runner's registry, next to
-	// the runner's own: /metrics on the admin address shows both.
-	obj, err := runner.OpenObjectStore(ctx, cfg, s3store.WithObserver(s3store.MetricsObserver(r.Registry())))
-	if err != nil {
-		wakes.Close()
-		return nil, fmt.Errorf("task client: %w", err)
-	}
-	client, err := task.NewClient(task.NewStore(obj, task.WithMaxInputSize(cfg.Entity.MaxInputSize), task.WithLogger(log)),
-		task.ClientConfig{Group: submitGroup(cfg), Shards: cfg.Shards, Waker: wakes, Logger: log})
-	if err != nil {
-		wakes.Close()
-		return nil, fmt.Errorf("task client: %w", err)
-	}
-	return &service{log: log, runner: r, wakes: wakes, api: &api{tasks: client, log: log, wait: wait}}, nil
-}
-
-// submitGroup is the shard group the API submits to: one this runner
-// serves, so that a service alone in its cluster runs its own tasks.
-func submitGroup(cfg runner.Config) string {
-	if len(cfg.Groups) > 0 {
-		return cfg.Groups[0]
-	}
-	return cfg.ShardGroups[0]
+	return &service{log: log, runner: r, api: &api{log: log, wait: wait}}, nil
 }
 
 // serve runs the runner and serves the API on ln until ctx ends, then stops
@@ -156,11 +122,19 @@ func (s *service) serve(ctx context.Context, ln net.Listener) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.runner.Run(runCtx) }()
 
+	// The API's task client shares the runner's etcd and S3 connections and
+	// places tasks by the cluster meta the runner checked: it is there once
+	// the runner has connected.
+	client, err := s.runner.Client(ctx)
+	if err != nil {
+		stopRunner()
+		return runResult(ctx, <-runErr)
+	}
+	s.api.tasks = client
 	srv := &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 5 * time.Second}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 
-	var err error
 	select {
 	case <-ctx.Done():
 		s.log.Info("stopping: API first, then the runner (its shards are handed over)")
@@ -179,14 +153,22 @@ func (s *service) serve(ctx context.Context, ln net.Listener) error {
 	}
 	cancel()
 	stopRunner()
-	rerr := <-runErr
-	if errors.Is(rerr, context.Canceled) && ctx.Err() != nil {
-		// Stopped while the runner was still connecting: nothing to hand
-		// over, nothing went wrong.
-		rerr = nil
-	}
-	return errors.Join(err, rerr)
+	return errors.Join(err, runResult(ctx, <-runErr))
 }
 
-// close releases the client's connections.
-func (s *service) close() { s.wakes.Close() }
+// runResult is Run's error, but none for a stop asked while the runner was
+// still starting: nothing to hand over, nothing went wrong.
+func runResult(ctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// close releases the API's client. It shares the runner's connections,
+// which Run closes: closing it only makes later calls fail clearly.
+func (s *service) close() {
+	if s.api.tasks != nil {
+		s.api.tasks.Close()
+	}
+}

@@ -57,7 +57,7 @@ func startService(t *testing.T, cfg runner.Config) *started {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := newService(ctx, cfg, log, 30*time.Second)
+	svc, err := newService(cfg, log, 30*time.Second)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

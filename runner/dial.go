@@ -1,0 +1,119 @@
+package runner
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/tenurehq/tenure/storage/etcd"
+	s3store "github.com/tenurehq/tenure/storage/s3"
+)
+
+// How a runner and its clients reach etcd and S3 from the configuration.
+
+// EtcdPrefix is a cluster's etcd key prefix.
+func EtcdPrefix(cluster string) string { return "/tenure/" + cluster + "/" }
+
+// S3Prefix is a cluster's default S3 key prefix.
+func S3Prefix(cfg Config) string {
+	if cfg.S3.Prefix != "" {
+		return cfg.S3.Prefix
+	}
+	return "tenure/" + cfg.Cluster + "/"
+}
+
+// DialEtcd connects to the configured etcd (TLS, auth, dial timeout) and
+// returns a store on the cluster's prefix with the configured request
+// timeout; opts add to those.
+func DialEtcd(ctx context.Context, cfg Config, opts ...etcd.Option) (*etcd.Store, error) {
+	tlsCfg, err := EtcdTLS(cfg.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]etcd.Option{etcd.WithPrefix(EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std())}, opts...)
+	return etcd.Dial(ctx, etcd.DialConfig{
+		Endpoints:   cfg.Etcd.Endpoints,
+		DialTimeout: cfg.Etcd.DialTimeout.Std(),
+		TLS:         tlsCfg,
+		Username:    cfg.Etcd.Username,
+		Password:    cfg.Etcd.Password,
+	}, opts...)
+}
+
+// NewObjectStore returns a store on the configured S3 bucket and prefix; it
+// makes no request.
+func NewObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
+	client, err := s3store.NewClient(ctx, s3ClientConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return objectStore(client, cfg, opts...)
+}
+
+// s3ClientConfig is the S3 client the s3.* settings describe.
+func s3ClientConfig(cfg Config) s3store.ClientConfig {
+	cc := s3store.DefaultClientConfig()
+	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
+	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
+	return cc
+}
+
+// objectStore is the store on the configured bucket and prefix through
+// client; opts add to those.
+func objectStore(client *awss3.Client, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
+	opts = append([]s3store.Option{s3store.WithPrefix(S3Prefix(cfg)), s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std())}, opts...)
+	return s3store.New(client, cfg.S3.Bucket, opts...)
+}
+
+// OpenObjectStore is NewObjectStore followed by a check of the bucket
+// (credentials, existence, reachability) with one bounded request.
+func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*s3store.Store, error) {
+	obj, err := NewObjectStore(ctx, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := obj.Check(ctx); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// EtcdTLS builds the TLS config of an etcd connection: nil for plain
+// connections; the system roots for https:// endpoints without a CA file.
+// TLS settings with an http:// endpoint are refused (the etcd client would
+// ignore them), as Config.Validate does.
+func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
+	if err := c.checkSchemes(); err != nil {
+		return nil, err
+	}
+	https := slices.ContainsFunc(c.Endpoints, func(e string) bool { return strings.HasPrefix(e, "https://") })
+	if c.CAFile == "" && c.CertFile == "" && !https {
+		return nil, nil
+	}
+	t := &tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd.ca_file: %w", ErrInvalidConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: etcd.ca_file %s: no PEM certificate in it", ErrInvalidConfig, c.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: etcd.cert_file/key_file: %w", ErrInvalidConfig, err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
