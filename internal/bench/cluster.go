@@ -16,7 +16,6 @@ import (
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
-	s3store "github.com/tenurehq/tenure/storage/s3"
 )
 
 // convergeTimeout bounds the wait for a cluster's shards to be locked as
@@ -78,40 +77,25 @@ func (c *cluster) config(id string, extra ...string) (runner.Config, error) {
 	return cfg, nil
 }
 
-// objects opens a store on the cluster's S3 prefix; extra are config
-// overrides (key=value), e.g. another s3.endpoint.
-func (c *cluster) objects(ctx context.Context, extra ...string) (*s3store.Store, error) {
+// client returns a task client of the cluster, on an S3 connection of its
+// own, whose submissions wake the owners through etcd, as `tenure task
+// submit` does; extra are config overrides of its S3 connection. It is
+// runner.Connect on the bench's etcd client: a runner must have created
+// the cluster meta first.
+func (c *cluster) client(ctx context.Context, extra ...string) (*task.Client, error) {
 	cfg, err := c.config("bench-client", extra...)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := runner.OpenObjectStore(ctx, cfg)
+	cl, err := runner.Connect(ctx, cfg, runner.WithEtcdClient(c.store.Client()),
+		runner.WithClientLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return obj, nil
+	c.env.onClose(func() { cl.Close() })
+	return cl.Client, nil
 }
 
-// client returns a task client of the cluster, on an object store of its
-// own, whose submissions wake the owners through etcd, as `tenure task
-// submit` does; extra are config overrides of its S3 connection.
-func (c *cluster) client(ctx context.Context, extra ...string) (*task.Client, error) {
-	obj, err := c.objects(ctx, extra...)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := task.NewClient(task.NewStore(obj, task.WithLogger(slog.New(slog.DiscardHandler))),
-		task.ClientConfig{Shards: c.Meta.Shards, Waker: c.store, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, fmt.Errorf("bench: task client: %w", err)
-	}
-	return tc, nil
-}
-
-// converged waits until exactly the runners ids are registered, every
-// shard is locked by one of them, and the locks are the fixed point of the
-// assignment (sharding.Reassign of the holders returns the holders): the
-// state a stable cluster rests in.
 func (c *cluster) converged(ctx context.Context, ids []string) error {
 	want := slices.Sorted(slices.Values(ids))
 	if err := harness.Await(ctx, convergeTimeout, 20*time.Millisecond, func() (bool, string, error) {
