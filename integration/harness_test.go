@@ -80,6 +80,7 @@ func start(t testing.TB, name string, args ...string) *proc {
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = append(childEnv(), "GORACE=halt_on_error=1")
+	dieWithParent(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
