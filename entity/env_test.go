@@ -158,8 +158,7 @@ func (e *env) start(id string, register registerFunc) *node {
 	}
 	p := testenv.NewProxy(t, u.Host)
 	cli := testenv.ClientAt(t, "http://"+p.Addr())
-	rs, err := etcd.New(cli, etcd.WithPrefix(e.ns), etcd.WithRequestTimeout(time.Second),
-		etcd.WithKeepAliveInterval(e.scfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(e.scfg.KeepAliveTimeout))
+	rs, err := etcd.New(cli, etcd.WithPrefix(e.ns), etcd.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

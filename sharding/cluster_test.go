@@ -193,8 +193,7 @@ func (c *cluster) storeVia() (*etcd.Store, *testenv.Proxy) {
 	}
 	p := testenv.NewProxy(t, u.Host)
 	cli := testenv.ClientAt(t, "http://"+p.Addr())
-	st, err := etcd.New(cli, etcd.WithPrefix(c.ns), etcd.WithRequestTimeout(time.Second),
-		etcd.WithKeepAliveInterval(c.cfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(c.cfg.KeepAliveTimeout))
+	st, err := etcd.New(cli, etcd.WithPrefix(c.ns), etcd.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
