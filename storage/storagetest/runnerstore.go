@@ -103,17 +103,6 @@ func register(t *testing.T, s storage.RunnerStore, id string, ttl time.Duration)
 	return ss
 }
 
-// registerBare registers runner id; nothing renews its lease.
-func registerBare(t *testing.T, s storage.RunnerStore, id string, ttl time.Duration) storage.Session {
-	t.Helper()
-	ss, err := s.Register(ctxT(t), runner(id), ttl)
-	if err != nil {
-		t.Fatalf("Register(%s): %v", id, err)
-	}
-	t.Cleanup(func() { ss.Close(context.Background()) })
-	return ss
-}
-
 func shards(group string, from, n int) []storage.ShardID {
 	out := make([]storage.ShardID, n)
 	for i := range out {

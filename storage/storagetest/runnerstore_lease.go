@@ -9,6 +9,17 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
+// registerBare registers runner id; nothing renews its lease.
+func registerBare(t *testing.T, s storage.RunnerStore, id string, ttl time.Duration) storage.Session {
+	t.Helper()
+	ss, err := s.Register(ctxT(t), runner(id), ttl)
+	if err != nil {
+		t.Fatalf("Register(%s): %v", id, err)
+	}
+	t.Cleanup(func() { ss.Close(context.Background()) })
+	return ss
+}
+
 // keepAliveReport is one result KeepAliveLoop handed to its report func.
 type keepAliveReport struct {
 	res storage.KeepAliveResult
