@@ -3,16 +3,18 @@
 // shard entities may run.
 //
 // It is a pure state machine over an injected Clock. It performs no I/O and
-// starts no goroutine: the caller feeds it keep-alive observations
-// (KeepAliveOK, KeepAliveFailed, LeaseLost) and storage-call outcomes
-// (StorageError, StorageOK), and it reports transitions (Attached, Detached,
-// and in observe mode WouldDetach, WouldAttach) to its subscribers, which
-// turn them into metrics and logs.
+// starts no goroutine: the caller feeds it every keep-alive result, in
+// order, as raw facts (KeepAliveOK with the send time and granted TTL,
+// KeepAliveFailed, LeaseLost) and storage-call outcomes (StorageError,
+// StorageOK), and it reports transitions (Attached, Detached, and in
+// observe mode WouldDetach, WouldAttach) to its subscribers, which turn
+// them into metrics and logs.
 //
 // # Decisions
 //
 // The lease deadline is conservative: each confirmed keep-alive moves it to
-// at least its send time plus the TTL etcd granted. When the clock reaches
+// at least its send time plus the TTL etcd granted. The machine is the one
+// place it is computed; the storage session reports no deadline. When the clock reaches
 // deadline - DetachMargin the runner detaches, whatever else happens; that
 // cutoff is the guarantee ("detach before expiry"). Faster paths detach
 // earlier: KeepAliveFailureThreshold consecutive keep-alive failures, a

@@ -16,7 +16,11 @@ var errLeaseReplaced = errors.New("detachment: keep-alive confirmed a new lease;
 //
 // The lease deadline becomes max(deadline, sentAt+ttl): the send time, not
 // the receive time, since etcd may have granted the TTL as early as the
-// request left. A sentAt in the future counts as now. A confirmation whose
+// request left. This is the only place the deadline is derived: callers pass
+// each result as the session reported it (storage.KeepAliveResult's SentAt
+// and TTL; the registration's grant is the first), in order.
+//
+// A sentAt in the future counts as now. A confirmation whose
 // sentAt+ttl-DetachMargin has already passed arrived too late to vouch for
 // anything: it resets the failure streak but neither moves the deadline nor
 // counts as a healthy signal. A new lease id (re-registration) replaces the

@@ -147,8 +147,7 @@ type registerFunc func(n *node, h *Host)
 func (e *env) start(id string, register registerFunc) *node {
 	t := e.t
 	t.Helper()
-	rs, p, err := e.ProxiedStore(context.Background(), etcd.WithRequestTimeout(time.Second),
-		etcd.WithKeepAliveInterval(e.scfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(e.scfg.KeepAliveTimeout))
+	rs, p, err := e.ProxiedStore(context.Background(), etcd.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

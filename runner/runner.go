@@ -368,8 +368,9 @@ func (r *Runner) closeHost() {
 // connect dials etcd and S3 and checks the bucket.
 func (r *Runner) connect(ctx context.Context) error {
 	var err error
-	r.rs, err = DialEtcd(ctx, r.cfg, etcd.WithKeepAliveInterval(r.cfg.Lease.KeepAliveInterval.Std()),
-		etcd.WithKeepAliveTimeout(r.cfg.Lease.KeepAliveTimeout.Std()), etcd.WithLogger(r.log))
+	// The lease's keep-alive cadence (lease.keepalive_*) is the sharding
+	// manager's: it reaches it through ShardingConfig.
+	r.rs, err = DialEtcd(ctx, r.cfg, etcd.WithLogger(r.log))
 	if err != nil {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
 	}

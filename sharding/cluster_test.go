@@ -71,8 +71,7 @@ func newClusterTB(t testing.TB, shards int, cfg Config) *cluster {
 // storeVia opens a store in the cluster's namespace through a new proxy.
 func (c *cluster) storeVia() (*etcd.Store, *testenv.Proxy) {
 	c.t.Helper()
-	st, p, err := c.ProxiedStore(context.Background(), etcd.WithRequestTimeout(time.Second),
-		etcd.WithKeepAliveInterval(c.cfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(c.cfg.KeepAliveTimeout))
+	st, p, err := c.ProxiedStore(context.Background(), etcd.WithRequestTimeout(time.Second))
 	if err != nil {
 		c.t.Fatal(err)
 	}

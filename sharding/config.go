@@ -20,11 +20,15 @@ type Config struct {
 	LeaseTTL time.Duration
 	// KeepAliveInterval is the time between confirmed keep-alives, counted
 	// from one send to the next; after a failure the next try comes sooner,
-	// from 200ms with backoff. Interval plus KeepAliveTimeout must end before
-	// the cutoff (LeaseTTL - DetachMargin), so a healthy runner renews well
-	// before it would detach. Default LeaseTTL/3.
+	// from 200ms (storage.DefaultKeepAliveRetryBackoff) with backoff.
+	// Interval plus KeepAliveTimeout must end before the cutoff (LeaseTTL -
+	// DetachMargin), so a healthy runner renews well before it would detach.
+	// The Manager runs the keep-alive loop on this cadence; the runner store
+	// has none of its own. Default LeaseTTL/3.
 	KeepAliveInterval time.Duration
-	// KeepAliveTimeout bounds one keep-alive call. Default LeaseTTL/6.
+	// KeepAliveTimeout bounds one keep-alive call. Default LeaseTTL/6 (not
+	// storage.DefaultKeepAliveCadence's floor of 200ms, which only a 1s
+	// lease reaches).
 	KeepAliveTimeout time.Duration
 
 	// Detachment holds the detachment machine's settings: mode, margin,

@@ -61,6 +61,7 @@ func TestFreeShardTakenWhenSuccessorLeaves(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ss.Close(context.Background()) })
+		go storage.KeepAliveLoop(ctx, ss, storage.KeepAliveCadence{}, nil)
 		return ss
 	}
 	acquire := func(ss storage.Session, want []storage.ShardID) {

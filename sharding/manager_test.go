@@ -231,6 +231,7 @@ func foreignHolder(t *testing.T, c *cluster, shards []storage.ShardID) storage.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close(context.Background()) })
+	go storage.KeepAliveLoop(context.Background(), ss, storage.KeepAliveCadence{}, nil)
 	res, err := ss.AcquireShards(context.Background(), shards)
 	if err != nil {
 		t.Fatal(err)
@@ -601,8 +602,7 @@ func TestDetachWhenLeaderUnreachable(t *testing.T) {
 	cfg.KeepAliveTimeout = 3 * time.Second
 	cfg.Detachment.DetachMargin = 3 * time.Second
 	cfg.LockRefreshInterval = 3 * time.Second
-	st, err := etcd.New(members[0].Client(t), etcd.WithPrefix(testenv.Prefix(t)),
-		etcd.WithKeepAliveInterval(cfg.KeepAliveInterval), etcd.WithKeepAliveTimeout(cfg.KeepAliveTimeout))
+	st, err := etcd.New(members[0].Client(t), etcd.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

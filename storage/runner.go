@@ -117,26 +117,6 @@ type VerifyResult struct {
 	Holder string // when held by someone else: the holder's runner id
 }
 
-// LeaseHealth is one keep-alive observation, published after every attempt.
-// It is a snapshot: a consumer that only sees the latest one still knows the
-// streak, the total failures and the deadline.
-type LeaseHealth struct {
-	LeaseID int64
-	OK      bool  // the keep-alive was confirmed
-	Err     error // why it failed, when !OK
-	// LeaseLost: the lease no longer exists (TTL ≤ 0 or lease not found).
-	// Terminal: the session ends after publishing it.
-	LeaseLost bool
-	Streak    int       // consecutive failures, 0 after a success
-	Failures  uint64    // failures since registration
-	SentAt    time.Time // when this attempt was sent (monotonic-bearing)
-	TTL       time.Duration
-	// Deadline is the conservative lease deadline: the send time of the last
-	// confirmed keep-alive plus the TTL granted to it. It is carried
-	// unchanged through failures.
-	Deadline time.Time
-}
-
 // EventKind says what happened to a watched key.
 type EventKind int
 
@@ -264,12 +244,12 @@ type ClusterMetaStore interface {
 }
 
 // Registrar owns runner registration: each registration is a Session, and
-// the lease, keep-alive and shard locks belong to the session, so that they
-// end together. The sharding manager is its user.
+// the lease and shard locks belong to the session, so that they end
+// together. The sharding manager is its user.
 type Registrar interface {
 	// Register grants a new lease of ttl and writes the runner record under
-	// it, starting the keep-alive loop. A live record with the same id yields
-	// ErrRunnerExists.
+	// it. Nothing renews the lease until the caller does (see Session). A
+	// live record with the same id yields ErrRunnerExists.
 	Register(ctx context.Context, r RunnerInfo, ttl time.Duration) (Session, error)
 }
 
@@ -357,8 +337,11 @@ type RunnerStore interface {
 	Close() error
 }
 
-// Session is one registration of a runner: its lease, the keep-alive loop
-// that extends it, and the shard locks bound to it.
+// Session is one registration of a runner: its lease and the shard locks
+// bound to it. It runs no keep-alive of its own: whoever holds it renews
+// the lease with KeepAlive on its own cadence (the sharding manager with
+// its Config, other callers with KeepAliveLoop), so that every result
+// reaches them, in order.
 type Session interface {
 	// RunnerID is the registered runner's id.
 	RunnerID() string
@@ -367,15 +350,20 @@ type Session interface {
 	// TTL is the lease TTL granted at registration.
 	TTL() time.Duration
 
-	// Health subscribes to keep-alive observations. The channel holds only
-	// the latest observation (older unread ones are replaced, never queued),
-	// starts with the current one, and closes when ctx ends or the session
-	// ends.
-	Health(ctx context.Context) <-chan LeaseHealth
-	// LastHealth returns the latest observation.
-	LastHealth() LeaseHealth
-	// Done is closed when the keep-alive loop ends: lease lost, Orphan or
-	// Close.
+	// Granted returns the registration's grant, which confirms the lease as
+	// a keep-alive would: SentAt is when the grant request left, TTL what
+	// it granted. It is the lease's first confirmation.
+	Granted() KeepAliveResult
+	// KeepAlive renews the lease once, bounded by ctx, and returns what the
+	// answer established. An error wrapping ErrLeaseLost means the lease no
+	// longer exists (answered TTL ≤ 0, or not found): the session ends. Once
+	// the session has ended it returns ErrSessionClosed (or ErrLeaseLost)
+	// and sends nothing. Any other error is a failed attempt, typically
+	// ErrUnavailable (no answer by ctx's deadline, no leader, connection
+	// lost). The result carries SentAt even on error.
+	KeepAlive(ctx context.Context) (KeepAliveResult, error)
+	// Done is closed when the session ends: Orphan, Close, its store's
+	// Close, or a KeepAlive that found the lease lost.
 	Done() <-chan struct{}
 
 	// UpdateRunner rewrites the runner record under the session's lease (for
@@ -392,10 +380,11 @@ type Session interface {
 	// held by another lease yields ErrNotOwner, a missing one nil.
 	ReleaseShard(ctx context.Context, shard ShardID) error
 
-	// Orphan stops the keep-alive loop without revoking the lease: the lease
-	// and every key bound to it expire after the TTL, as after a crash.
+	// Orphan ends the session without revoking the lease: once it returns
+	// no keep-alive is under way or will be sent, so the lease and every key
+	// bound to it expire after the TTL, as after a crash.
 	Orphan()
-	// Close stops the keep-alive loop and revokes the lease, deleting the
-	// runner record and every shard lock at once.
+	// Close ends the session as Orphan does and revokes the lease, deleting
+	// the runner record and every shard lock at once.
 	Close(ctx context.Context) error
 }

@@ -39,6 +39,7 @@ func TestConfigGetSet(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close(context.Background()) })
+			go storage.KeepAliveLoop(context.Background(), s, storage.KeepAliveCadence{}, nil)
 		}
 	}
 

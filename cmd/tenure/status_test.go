@@ -60,6 +60,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ghost.Close(context.Background()) })
+	go storage.KeepAliveLoop(context.Background(), ghost, storage.KeepAliveCadence{}, nil)
 	var shards []storage.ShardID
 	for i := range 3 {
 		shards = append(shards, storage.ShardID{Group: "default", Index: i})
@@ -85,6 +86,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { oddSess.Close(context.Background()) })
+	go storage.KeepAliveLoop(context.Background(), oddSess, storage.KeepAliveCadence{}, nil)
 
 	start := time.Now()
 	rep = getStatus(t, c)

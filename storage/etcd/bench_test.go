@@ -23,6 +23,7 @@ func benchSession(b *testing.B) (*etcd.Store, storage.Session) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ss.Close(context.Background()) })
+	go storage.KeepAliveLoop(context.Background(), ss, storage.KeepAliveCadence{}, nil)
 	return s, ss
 }
 

@@ -14,12 +14,12 @@
 // runner's locks vanish with it, and a lock key's CreateRevision is the
 // shard's epoch: strictly increasing across holders.
 //
-// A Session keeps its lease alive with KeepAliveOnce under
-// clientv3.WithRequireLeader, so a member cut off from its leader fails fast
-// rather than hanging, and publishes a health observation after every
-// attempt. The deadline it reports is the send time of the last confirmed
-// keep-alive plus the TTL granted, never the receive time: the lease was
-// renewed no earlier than the request left.
+// A Session renews its lease only when asked (Session.KeepAlive), once per
+// call, on a stream of its own under clientv3.WithRequireLeader, so a member
+// cut off from its leader fails fast rather than hanging. It reports raw
+// facts (the send time read before sending, the answer's time and the TTL
+// granted) and computes no deadline: the detachment machine does, from the
+// send time, since the lease was renewed no earlier than the request left.
 //
 // Watches list first and then watch from the next revision; when the watch
 // breaks (compaction, lost leader, disconnect) they list again and emit the

@@ -19,8 +19,7 @@ import (
 func TestKeepAliveFailsFastWithoutLeader(t *testing.T) {
 	members := testenv.NewEtcdCluster(t, 3)
 	const callTimeout = 4 * time.Second
-	s, err := etcd.New(members[0].Client(t), etcd.WithPrefix(testenv.Prefix(t)),
-		etcd.WithKeepAliveInterval(300*time.Millisecond), etcd.WithKeepAliveTimeout(callTimeout))
+	s, err := etcd.New(members[0].Client(t), etcd.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,25 +30,35 @@ func TestKeepAliveFailsFastWithoutLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	health := ss.Health(ctx)
-	<-health // the registration's observation
+	type result struct {
+		res storage.KeepAliveResult
+		err error
+	}
+	results := make(chan result, 64)
+	go storage.KeepAliveLoop(ctx, ss, storage.KeepAliveCadence{Interval: 300 * time.Millisecond, Timeout: callTimeout},
+		func(res storage.KeepAliveResult, err error) {
+			select {
+			case results <- result{res, err}:
+			case <-ctx.Done():
+			}
+		})
 	// Quorum lost: member 0 keeps running but has no leader.
 	members[1].Close()
 	members[2].Close()
 	for {
 		select {
-		case h := <-health:
-			if h.OK {
+		case r := <-results:
+			if r.err == nil {
 				continue // a keep-alive that got through before the leader went
 			}
-			took := time.Since(h.SentAt)
-			if !strings.Contains(h.Err.Error(), "no leader") {
-				t.Fatalf("keep-alive failed with %v, want a no-leader error", h.Err)
+			took := time.Since(r.res.SentAt)
+			if !strings.Contains(r.err.Error(), "no leader") {
+				t.Fatalf("keep-alive failed with %v, want a no-leader error", r.err)
 			}
 			if took >= callTimeout {
 				t.Fatalf("the no-leader failure took %s, not faster than the %s call timeout", took, callTimeout)
 			}
-			t.Logf("keep-alive failed %s after sending: %v", took, h.Err)
+			t.Logf("keep-alive failed %s after sending: %v", took, r.err)
 			return
 		case <-ctx.Done():
 			t.Fatal("no keep-alive failure while the member has no leader")

@@ -9,15 +9,15 @@ import (
 const (
 	// DefaultPrefix is the key prefix of the default cluster.
 	DefaultPrefix = "/tenure/default/"
-	// DefaultRequestTimeout bounds every etcd call but keep-alives.
+	// DefaultRequestTimeout bounds every etcd call but keep-alives (bounded
+	// by Session.KeepAlive's caller).
 	DefaultRequestTimeout = 5 * time.Second
 	// DefaultAcquireBatch is how many shard locks one transaction attempts.
 	DefaultAcquireBatch = 64
 	// DefaultAcquireConcurrency is how many acquire transactions run at once.
 	DefaultAcquireConcurrency = 4
-	// DefaultRetryBackoff is the first delay before retrying a failed
-	// keep-alive or a broken watch; it doubles up to the keep-alive interval
-	// (keep-alives) or DefaultMaxWatchBackoff (watches).
+	// DefaultRetryBackoff is the first delay before re-opening a broken
+	// watch; it doubles up to DefaultMaxWatchBackoff.
 	DefaultRetryBackoff = 200 * time.Millisecond
 	// DefaultMaxWatchBackoff caps the delay between watch re-lists.
 	DefaultMaxWatchBackoff = 5 * time.Second
@@ -26,8 +26,6 @@ const (
 type options struct {
 	prefix             string
 	requestTimeout     time.Duration
-	keepAliveInterval  time.Duration // 0: TTL/3
-	keepAliveTimeout   time.Duration // 0: TTL/6, at least 200ms
 	retryBackoff       time.Duration
 	acquireBatch       int
 	acquireConcurrency int
@@ -59,26 +57,16 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithRequestTimeout bounds every etcd call other than keep-alives.
+// WithRequestTimeout bounds every etcd call other than keep-alives, which
+// Session.KeepAlive's caller bounds.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(o *options) { o.requestTimeout = d }
 }
 
-// WithKeepAliveInterval sets the time between confirmed keep-alives
-// (default: a third of the lease TTL).
-func WithKeepAliveInterval(d time.Duration) Option {
-	return func(o *options) { o.keepAliveInterval = d }
-}
-
-// WithKeepAliveTimeout bounds one keep-alive call (default: a sixth of the
-// lease TTL, at least 200ms).
-func WithKeepAliveTimeout(d time.Duration) Option {
-	return func(o *options) { o.keepAliveTimeout = d }
-}
-
-// WithRetryBackoff sets the first delay before retrying a failed keep-alive
-// (so one lost response does not consume the detach margin) or re-listing a
-// broken watch; the delay doubles on each further failure.
+// WithRetryBackoff sets the first delay before re-listing a broken watch;
+// the delay doubles on each further failure. Keep-alives have no store
+// option: their cadence, retries included, is the session holder's (see
+// storage.KeepAliveCadence).
 func WithRetryBackoff(d time.Duration) Option {
 	return func(o *options) { o.retryBackoff = d }
 }
@@ -93,7 +81,7 @@ func WithAcquireConcurrency(transactions, batch int) Option {
 }
 
 // WithLogger sets the logger for background events (watch re-lists,
-// keep-alive retries). Default: discard.
+// failed revokes). Default: discard.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.logger = l }
 }

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -15,32 +16,29 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// Session is a runner registration: a lease, the runner record bound to it,
-// and the keep-alive loop that extends it. It implements storage.Session.
+// Session is a runner registration: a lease and the runner record bound to
+// it. It implements storage.Session: it renews the lease only when asked
+// (KeepAlive), so that the keep-alive cadence is its holder's.
 type Session struct {
-	s        *Store
-	id       string // runner id; immutable
-	lease    clientv3.LeaseID
-	ttl      time.Duration
-	interval time.Duration // between confirmed keep-alives
-	timeout  time.Duration // per keep-alive call
+	s       *Store
+	id      string // runner id; immutable
+	lease   clientv3.LeaseID
+	granted storage.KeepAliveResult
 
-	ctx    context.Context // the keep-alive loop's lifetime
-	cancel context.CancelFunc
-	done   chan struct{}
+	// ctx is the session's life: it ends on Orphan, Close, the store's
+	// Close (its parent) or a lost lease, with ErrSessionClosed or
+	// ErrLeaseLost as its cause. Keep-alive calls derive from it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
-	mu    sync.Mutex
-	last  storage.LeaseHealth
-	subs  map[*healthSub]struct{}
-	ended error // nil while the loop runs; ErrLeaseLost or ErrSessionClosed after
+	// mu orders the start of a keep-alive call against the session's end,
+	// so that once Orphan has waited out inflight no call is under way or
+	// can start.
+	mu       sync.Mutex
+	inflight sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
-}
-
-type healthSub struct {
-	ch   chan storage.LeaseHealth
-	stop func() bool // unregisters the context.AfterFunc
 }
 
 var _ storage.Session = (*Session)(nil)
@@ -71,6 +69,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 	if err != nil {
 		return nil, s.opError("grant lease", key, ctx, s.opts.requestTimeout, err)
 	}
+	answeredAt := time.Now()
 	full := s.opts.prefix + key
 	resp, err := s.cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.CreateRevision(full), "=", 0)).
@@ -96,27 +95,14 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 
 	granted := time.Duration(grant.TTL) * time.Second
 	ss := &Session{
-		s:        s,
-		id:       r.ID,
-		lease:    grant.ID,
-		ttl:      granted,
-		interval: s.opts.keepAliveInterval,
-		timeout:  s.opts.keepAliveTimeout,
-		done:     make(chan struct{}),
-		subs:     map[*healthSub]struct{}{},
+		s:     s,
+		id:    r.ID,
+		lease: grant.ID,
+		// The grant confirms the lease as a keep-alive would: its TTL runs
+		// from no earlier than the moment the request left.
+		granted: storage.KeepAliveResult{SentAt: sentAt, AnsweredAt: answeredAt, TTL: granted},
 	}
-	if ss.interval == 0 {
-		ss.interval = granted / 3
-	}
-	if ss.timeout == 0 {
-		ss.timeout = max(granted/6, 200*time.Millisecond)
-	}
-	// The grant confirms the lease as a keep-alive would: its TTL runs from
-	// no earlier than the moment the request left.
-	ss.last = storage.LeaseHealth{LeaseID: int64(grant.ID), OK: true, SentAt: sentAt, TTL: granted, Deadline: sentAt.Add(granted)}
-	ss.ctx, ss.cancel = context.WithCancel(s.ctx)
-	s.wg.Add(1)
-	go ss.keepAlive(sentAt)
+	ss.ctx, ss.cancel = context.WithCancelCause(s.ctx)
 	return ss, nil
 }
 
@@ -135,101 +121,58 @@ func (ss *Session) RunnerID() string { return ss.id }
 func (ss *Session) LeaseID() int64 { return int64(ss.lease) }
 
 // TTL returns the TTL etcd granted.
-func (ss *Session) TTL() time.Duration { return ss.ttl }
+func (ss *Session) TTL() time.Duration { return ss.granted.TTL }
 
-// Done is closed when the keep-alive loop has ended.
-func (ss *Session) Done() <-chan struct{} { return ss.done }
+// Granted returns the registration's grant: the lease's first confirmation.
+func (ss *Session) Granted() storage.KeepAliveResult { return ss.granted }
 
-// LastHealth returns the latest keep-alive observation.
-func (ss *Session) LastHealth() storage.LeaseHealth {
+// Done is closed when the session has ended.
+func (ss *Session) Done() <-chan struct{} { return ss.ctx.Done() }
+
+// KeepAlive renews the lease once; see storage.Session. It requires a
+// leader (WithRequireLeader), so that a member cut off from its leader
+// fails the call at once instead of letting it hang until ctx's deadline.
+func (ss *Session) KeepAlive(ctx context.Context) (storage.KeepAliveResult, error) {
+	key := runnerKey(ss.id)
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.last
-}
-
-// Health subscribes to keep-alive observations; see storage.Session.
-func (ss *Session) Health(ctx context.Context) <-chan storage.LeaseHealth {
-	ch := make(chan storage.LeaseHealth, 1)
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ch <- ss.last
-	if ss.ended != nil {
-		close(ch)
-		return ch
+	if err := ss.alive(); err != nil {
+		ss.mu.Unlock()
+		return storage.KeepAliveResult{}, ss.s.opError("keepalive", key, nil, 0, err)
 	}
-	sub := &healthSub{ch: ch}
-	ss.subs[sub] = struct{}{}
-	sub.stop = context.AfterFunc(ctx, func() {
-		ss.mu.Lock()
-		defer ss.mu.Unlock()
-		if _, ok := ss.subs[sub]; ok {
-			delete(ss.subs, sub)
-			close(ch)
-		}
-	})
-	return ch
-}
+	ss.inflight.Add(1)
+	ss.mu.Unlock()
+	defer ss.inflight.Done()
 
-// keepAlive confirms the lease every interval (counted from the previous
-// send), retrying sooner with backoff after a failure so that one lost
-// response does not use up the detach margin.
-func (ss *Session) keepAlive(lastSent time.Time) {
-	defer ss.s.wg.Done()
-	backoff := ss.s.opts.retryBackoff
-	timer := time.NewTimer(time.Until(lastSent.Add(ss.interval)))
-	defer timer.Stop()
-	for {
-		select {
-		case <-ss.ctx.Done():
-			ss.end(storage.ErrSessionClosed)
-			return
-		case <-timer.C:
-		}
-		sentAt := time.Now()
-		cctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ss.ctx), ss.timeout)
-		resp, err := ss.keepAliveOnce(cctx)
-		cancel()
-		if ss.ctx.Err() != nil {
-			ss.end(storage.ErrSessionClosed)
-			return
-		}
-		var wait time.Duration
-		switch {
-		case err == nil && resp.TTL > 0:
-			ss.publish(func(h *storage.LeaseHealth) {
-				ttl := time.Duration(resp.TTL) * time.Second
-				h.OK, h.Err, h.Streak, h.SentAt, h.TTL = true, nil, 0, sentAt, ttl
-				if d := sentAt.Add(ttl); d.After(h.Deadline) {
-					h.Deadline = d
-				}
-			})
-			backoff = ss.s.opts.retryBackoff
-			wait = time.Until(sentAt.Add(ss.interval))
-		case err == nil || leaseGone(err):
-			if err == nil {
-				err = fmt.Errorf("keep-alive answered TTL %d: the lease has expired", resp.TTL)
-			}
-			lost := ss.s.opError("keepalive", runnerKey(ss.id), nil, ss.timeout, storage.Wrap(storage.ErrLeaseLost, err))
-			ss.publish(func(h *storage.LeaseHealth) {
-				h.OK, h.Err, h.LeaseLost, h.SentAt = false, lost, true, sentAt
-				h.Streak++
-				h.Failures++
-			})
-			ss.end(storage.ErrLeaseLost)
-			return
-		default:
-			ferr := ss.s.opError("keepalive", runnerKey(ss.id), nil, ss.timeout, err)
-			ss.publish(func(h *storage.LeaseHealth) {
-				h.OK, h.Err, h.SentAt = false, ferr, sentAt
-				h.Streak++
-				h.Failures++
-			})
-			ss.s.opts.logger.Debug("etcd: keep-alive failed", "lease", fmt.Sprintf("%x", int64(ss.lease)), "retry_in", backoff, "err", err)
-			wait = backoff
-			backoff = min(2*backoff, ss.interval)
-		}
-		timer.Reset(max(wait, 0))
+	cctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	defer context.AfterFunc(ss.ctx, cancel)() // Orphan cuts the call short
+	res := storage.KeepAliveResult{SentAt: time.Now()}
+	resp, err := ss.keepAliveOnce(cctx)
+	if err == nil || leaseGone(err) {
+		res.AnsweredAt = time.Now()
 	}
+	switch {
+	case ss.ctx.Err() != nil:
+		return res, ss.s.opError("keepalive", key, nil, 0, ss.alive())
+	case err == nil && resp.TTL > 0:
+		res.TTL = time.Duration(resp.TTL) * time.Second
+		return res, nil
+	case err == nil || leaseGone(err):
+		if err == nil {
+			err = fmt.Errorf("keep-alive answered TTL %d: the lease has expired", resp.TTL)
+		}
+		ss.cancel(storage.ErrLeaseLost)
+		return res, ss.s.opError("keepalive", key, nil, 0, storage.Wrap(storage.ErrLeaseLost, err))
+	case errors.Is(ctx.Err(), context.Canceled):
+		return res, ss.s.opError("keepalive", key, ctx, 0, err) // the caller gave up
+	}
+	// A call cut by ctx's deadline is a keep-alive without an answer in
+	// time: unavailable, like any other failure to reach the leader.
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = dl.Sub(res.SentAt).Round(time.Millisecond)
+	}
+	return res, ss.s.opError("keepalive", key, nil, timeout, err)
 }
 
 // keepAliveOnce renews the lease once on its own stream. clientv3's
@@ -257,42 +200,15 @@ func (ss *Session) keepAliveOnce(ctx context.Context) (*pb.LeaseKeepAliveRespons
 	return resp, nil
 }
 
-// publish updates the latest observation and hands it to every subscriber,
-// replacing any observation they have not read yet.
-func (ss *Session) publish(update func(*storage.LeaseHealth)) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	update(&ss.last)
-	for sub := range ss.subs {
-		select {
-		case <-sub.ch:
-		default:
-		}
-		sub.ch <- ss.last
-	}
-}
-
-// end records why the session ended and releases its subscribers.
-func (ss *Session) end(why error) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.ended != nil {
-		return
-	}
-	ss.ended = why
-	for sub := range ss.subs {
-		sub.stop()
-		close(sub.ch)
-	}
-	clear(ss.subs)
-	close(ss.done)
-}
-
 // alive returns why the session can no longer act, or nil.
 func (ss *Session) alive() error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.ended
+	if ss.ctx.Err() == nil {
+		return nil
+	}
+	if errors.Is(context.Cause(ss.ctx), storage.ErrLeaseLost) {
+		return storage.ErrLeaseLost
+	}
+	return storage.ErrSessionClosed // Orphan, Close or the store's Close
 }
 
 // UpdateRunner rewrites the runner record under the session's lease.
@@ -327,18 +243,20 @@ func (ss *Session) UpdateRunner(ctx context.Context, r storage.RunnerInfo) error
 	return nil
 }
 
-// Orphan stops the keep-alive loop without revoking the lease.
+// Orphan ends the session without revoking the lease, and returns once no
+// keep-alive call is under way.
 func (ss *Session) Orphan() {
-	ss.cancel()
-	<-ss.done
+	ss.mu.Lock()
+	ss.cancel(storage.ErrSessionClosed)
+	ss.mu.Unlock()
+	ss.inflight.Wait()
 }
 
-// Close stops the keep-alive loop and revokes the lease. It is idempotent;
-// a failed revoke is returned (the lease then expires with its TTL).
+// Close ends the session and revokes the lease. It is idempotent; a failed
+// revoke is returned (the lease then expires with its TTL).
 func (ss *Session) Close(ctx context.Context) error {
 	ss.closeOnce.Do(func() {
-		ss.cancel()
-		<-ss.done
+		ss.Orphan()
 		cctx, cancel := ss.s.withTimeout(ctx)
 		defer cancel()
 		if _, err := ss.s.cli.Revoke(cctx, ss.lease); err != nil && !leaseGone(err) {

@@ -26,7 +26,7 @@ type Store struct {
 	closeOnce sync.Once
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup // background goroutines (keep-alives, watches)
+	wg        sync.WaitGroup // background goroutines (watches)
 }
 
 var _ storage.RunnerStore = (*Store)(nil)
@@ -56,10 +56,6 @@ func (o options) validate() error {
 		return bad("prefix", fmt.Sprintf("%q must start with /", o.prefix))
 	case o.requestTimeout <= 0:
 		return bad("request timeout", "must be positive")
-	case o.keepAliveInterval < 0:
-		return bad("keep-alive interval", "must not be negative")
-	case o.keepAliveTimeout < 0:
-		return bad("keep-alive timeout", "must not be negative")
 	case o.retryBackoff <= 0:
 		return bad("retry backoff", "must be positive")
 	case o.acquireBatch < 1 || o.acquireBatch > 128:
@@ -78,8 +74,9 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 // Prefix returns the store's key prefix.
 func (s *Store) Prefix() string { return s.opts.prefix }
 
-// Close stops background work (keep-alive loops stop without revoking, like
-// Session.Orphan; watches end) and closes the client if Dial created it.
+// Close stops background work (sessions end without revoking their leases,
+// as with Session.Orphan; watches end) and closes the client if Dial
+// created it.
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {

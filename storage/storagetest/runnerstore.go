@@ -55,10 +55,11 @@ func TestRunnerStore(t *testing.T, h RunnerStoreHarness) {
 	t.Run("CorruptRunnerRecord", func(t *testing.T) { testCorruptRunner(t, h) })
 	t.Run("UpdateRunner", func(t *testing.T) { testUpdateRunner(t, h) })
 	t.Run("CloseRevokes", func(t *testing.T) { testCloseRevokes(t, h) })
-	t.Run("HealthStream", func(t *testing.T) { testHealthStream(t, h) })
+	t.Run("KeepAliveReports", func(t *testing.T) { testKeepAliveReports(t, h) })
 	t.Run("KeepAliveFailuresReported", func(t *testing.T) { testKeepAliveFailures(t, h) })
 	t.Run("LeaseExpiry", func(t *testing.T) { testLeaseExpiry(t, h) })
 	t.Run("LeaseLostAfterRevoke", func(t *testing.T) { testLeaseLostAfterRevoke(t, h) })
+	t.Run("KeepAliveAfterExpiry", func(t *testing.T) { testKeepAliveAfterExpiry(t, h) })
 	t.Run("Locks", func(t *testing.T) { testLocks(t, h) })
 	t.Run("ConcurrentAcquireOneOwner", func(t *testing.T) { testConcurrentAcquire(t, h) })
 	t.Run("HandoffWokenByWatch", func(t *testing.T) { testHandoffByWatch(t, h) })
@@ -93,13 +94,12 @@ func runner(id string) storage.RunnerInfo {
 	return storage.RunnerInfo{ID: id, Addr: "127.0.0.1:1", Weight: 1, Groups: []string{storage.DefaultGroup}, Version: "test"}
 }
 
+// register registers runner id and keeps its lease alive on the default
+// cadence until the session ends, as a runner would.
 func register(t *testing.T, s storage.RunnerStore, id string, ttl time.Duration) storage.Session {
 	t.Helper()
-	ss, err := s.Register(ctxT(t), runner(id), ttl)
-	if err != nil {
-		t.Fatalf("Register(%s): %v", id, err)
-	}
-	t.Cleanup(func() { ss.Close(context.Background()) })
+	ss := registerBare(t, s, id, ttl)
+	go storage.KeepAliveLoop(context.Background(), ss, storage.KeepAliveCadence{}, nil)
 	return ss
 }
 

@@ -9,81 +9,140 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-func testHealthStream(t *testing.T, h RunnerStoreHarness) {
+// registerBare registers runner id; nothing renews its lease.
+func registerBare(t *testing.T, s storage.RunnerStore, id string, ttl time.Duration) storage.Session {
+	t.Helper()
+	ss, err := s.Register(ctxT(t), runner(id), ttl)
+	if err != nil {
+		t.Fatalf("Register(%s): %v", id, err)
+	}
+	t.Cleanup(func() { ss.Close(context.Background()) })
+	return ss
+}
+
+// keepAliveReport is one result KeepAliveLoop handed to its report func.
+type keepAliveReport struct {
+	res storage.KeepAliveResult
+	err error
+}
+
+// keepAlive runs storage.KeepAliveLoop on ss with the default cadence until
+// the test or the session ends. It returns the loop's results in order and
+// a channel closed once the loop has returned.
+func keepAlive(t *testing.T, ss storage.Session) (<-chan keepAliveReport, <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	// Room for every result of a test's life, so that a test that stops
+	// reading never holds up the keep-alives.
+	results := make(chan keepAliveReport, 256)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		storage.KeepAliveLoop(ctx, ss, storage.KeepAliveCadence{}, func(res storage.KeepAliveResult, err error) {
+			select {
+			case results <- keepAliveReport{res, err}:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	return results, done
+}
+
+// checkConfirmed fails unless res is a confirmation of ss's lease: sent no
+// later than answered, and granted the session's TTL.
+func checkConfirmed(t *testing.T, ss storage.Session, what string, res storage.KeepAliveResult) {
+	t.Helper()
+	if res.SentAt.IsZero() || res.AnsweredAt.Before(res.SentAt) || res.TTL != ss.TTL() {
+		t.Fatalf("%s: %+v (want sent ≤ answered, TTL %s)", what, res, ss.TTL())
+	}
+}
+
+func testKeepAliveReports(t *testing.T, h RunnerStoreHarness) {
 	s := h.Open(t, h.Namespace(t))
-	ss := register(t, s, "healthy", shortTTL)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	defer cancel()
-	ch := ss.Health(ctx)
-	first := recv(t, ch, time.Second, "current health on subscribe")
-	if !first.OK || first.LeaseID != ss.LeaseID() || first.TTL != ss.TTL() || !first.Deadline.Equal(first.SentAt.Add(first.TTL)) {
-		t.Fatalf("initial health %+v", first)
+	ss := registerBare(t, s, "healthy", shortTTL)
+	checkConfirmed(t, ss, "the grant", ss.Granted())
+
+	before := time.Now()
+	res, err := ss.KeepAlive(ctxT(t))
+	if err != nil {
+		t.Fatalf("KeepAlive on a healthy store: %v", err)
 	}
-	prev := first
+	checkConfirmed(t, ss, "one keep-alive", res)
+	// The send time is read before sending: the answer's TTL runs from no
+	// earlier than it.
+	if res.SentAt.Before(before) || !res.SentAt.After(ss.Granted().SentAt) || res.AnsweredAt.After(time.Now()) {
+		t.Fatalf("keep-alive sent %v, answered %v: not within the call (from %v)", res.SentAt, res.AnsweredAt, before)
+	}
+
+	// The loop reports every keep-alive, in order, on the default cadence.
+	results, loopDone := keepAlive(t, ss)
+	prev := ss.Granted()
 	for i := 0; i < 2; i++ {
-		h := recv(t, ch, 2*ss.TTL(), "keep-alive observation")
-		if !h.OK || h.Streak != 0 || h.Err != nil {
-			t.Fatalf("keep-alive %d on a healthy store: %+v", i, h)
+		r := recv(t, results, 2*ss.TTL(), "keep-alive result")
+		if r.err != nil {
+			t.Fatalf("keep-alive %d on a healthy store: %v", i, r.err)
 		}
-		if !h.SentAt.After(prev.SentAt) || !h.Deadline.After(prev.Deadline) {
-			t.Fatalf("keep-alive %d did not advance: sent %v→%v, deadline %v→%v", i, prev.SentAt, h.SentAt, prev.Deadline, h.Deadline)
+		checkConfirmed(t, ss, "a loop keep-alive", r.res)
+		if !r.res.SentAt.After(prev.SentAt) {
+			t.Fatalf("keep-alive %d did not advance: sent %v, then %v", i, prev.SentAt, r.res.SentAt)
 		}
-		// The deadline counts from the send time, never the receive time.
-		if !h.Deadline.Equal(h.SentAt.Add(h.TTL)) {
-			t.Fatalf("deadline %v is not sent %v + ttl %s", h.Deadline, h.SentAt, h.TTL)
+		if gap := r.res.SentAt.Sub(prev.SentAt); gap > ss.TTL() {
+			t.Fatalf("keep-alives %s apart with TTL %s", gap, ss.TTL())
 		}
-		if h.SentAt.Sub(prev.SentAt) > ss.TTL() {
-			t.Fatalf("keep-alives %s apart with TTL %s", h.SentAt.Sub(prev.SentAt), ss.TTL())
-		}
-		prev = h
+		prev = r.res
 	}
-	if last := ss.LastHealth(); last.SentAt.Before(prev.SentAt) {
-		t.Fatalf("LastHealth %+v older than the last published %+v", last, prev)
+
+	// Orphan ends the loop and the session: nothing more is sent.
+	ss.Orphan()
+	waitClosed(t, loopDone, 5*time.Second, "the keep-alive loop to return after Orphan")
+	select {
+	case <-ss.Done():
+	default:
+		t.Fatal("Done not closed after Orphan")
 	}
-	// A cancelled subscription's channel closes.
-	cancel()
-	waitFor(t, "health channel to close after its context ends", 5*time.Second, func() bool {
-		select {
-		case _, ok := <-ch:
-			return !ok
-		default:
-			return false
-		}
-	})
+	_, err = ss.KeepAlive(ctxT(t))
+	wantErr(t, err, storage.ErrSessionClosed, "KeepAlive after Orphan")
+}
+
+// waitClosed waits up to d for done to close.
+func waitClosed(t *testing.T, done <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s: not within %s", what, d)
+	}
 }
 
 func testKeepAliveFailures(t *testing.T, h RunnerStoreHarness) {
 	s := h.Open(t, h.Namespace(t))
-	ss := register(t, s, "flaky", longTTL)
-	ctx := ctxT(t)
-	ch := ss.Health(ctx)
-	before := recv(t, ch, time.Second, "current health")
+	ss := registerBare(t, s, "flaky", longTTL)
+	results, _ := keepAlive(t, ss)
+	lastOK := ss.Granted()
 	heal := h.Isolate(t, s)
-	var fail storage.LeaseHealth
-	waitForEvent(t, ch, longTTL, "two consecutive keep-alive failures", func(h storage.LeaseHealth) bool {
-		if h.OK {
-			before = h // a keep-alive that got through before the partition
+	streak := 0
+	waitForEvent(t, results, longTTL, "two consecutive keep-alive failures", func(r keepAliveReport) bool {
+		if r.err == nil {
+			lastOK, streak = r.res, 0 // a keep-alive that got through before the partition
 			return false
 		}
-		if h.Err == nil || h.LeaseLost || !h.Deadline.Equal(before.Deadline) {
-			t.Fatalf("failure observation %+v (deadline before %v)", h, before.Deadline)
+		if errors.Is(r.err, storage.ErrLeaseLost) || !errors.Is(r.err, storage.ErrUnavailable) || r.res.TTL != 0 || r.res.SentAt.IsZero() {
+			t.Fatalf("failed keep-alive: %+v, %v (want ErrUnavailable, no TTL)", r.res, r.err)
 		}
-		fail = h
-		return h.Streak >= 2
+		streak++
+		return streak >= 2
 	})
-	if fail.Failures < 2 || !errors.Is(fail.Err, storage.ErrUnavailable) {
-		t.Fatalf("failure observation %+v", fail)
-	}
 	heal()
-	waitForEvent(t, ch, longTTL, "keep-alive recovery", func(h storage.LeaseHealth) bool {
-		if h.LeaseLost {
-			t.Fatalf("lease lost during a partition shorter than its TTL: %+v", h)
+	waitForEvent(t, results, longTTL, "keep-alive recovery", func(r keepAliveReport) bool {
+		if errors.Is(r.err, storage.ErrLeaseLost) {
+			t.Fatalf("lease lost during a partition shorter than its TTL: %v", r.err)
 		}
-		if !h.OK {
+		if r.err != nil {
 			return false
 		}
-		if h.Streak != 0 || !h.Deadline.After(before.Deadline) || h.Failures < fail.Failures {
-			t.Fatalf("recovery observation %+v", h)
+		checkConfirmed(t, ss, "the recovering keep-alive", r.res)
+		if !r.res.SentAt.After(lastOK.SentAt) {
+			t.Fatalf("recovery sent %v, not after the last confirmed keep-alive %v", r.res.SentAt, lastOK.SentAt)
 		}
 		return true
 	})
@@ -96,7 +155,17 @@ func testLeaseExpiry(t *testing.T, h RunnerStoreHarness) {
 	defer cancel()
 	runnersCh := runnerEvents(ctx, watcher)
 	locksCh := watcher.WatchShardLocks(ctx)
-	ss := register(t, crasher, "crasher", shortTTL)
+	ss := registerBare(t, crasher, "crasher", shortTTL)
+	last := ss.Granted() // the last confirmation; read once the loop has returned
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		storage.KeepAliveLoop(ctx, ss, storage.KeepAliveCadence{}, func(res storage.KeepAliveResult, err error) {
+			if err == nil {
+				last = res
+			}
+		})
+	}()
 	if res, err := ss.AcquireShards(ctx, shards("default", 0, 3)); err != nil || res[2].Status != storage.Acquired {
 		t.Fatalf("AcquireShards: %+v, %v", res, err)
 	}
@@ -106,11 +175,15 @@ func testLeaseExpiry(t *testing.T, h RunnerStoreHarness) {
 	}
 	ss.Orphan() // a crash: no more keep-alives, no revoke
 	crashedAt := time.Now()
-	last := ss.LastHealth()
+	<-loopDone // every confirmation it had is reported
+	// Expiry counts from the last renewal, which the server made no earlier
+	// than the request left: a deadline counted from the send time is never
+	// late.
+	deadline := last.SentAt.Add(last.TTL)
 	var runnerGone time.Time
 	locksGone := 0
 	var locksGoneAt time.Time
-	deadline := time.After(last.TTL + 5*time.Second)
+	timeout := time.After(last.TTL + 5*time.Second)
 	for runnerGone.IsZero() || locksGone < 3 {
 		select {
 		case e := <-runnersCh:
@@ -122,15 +195,13 @@ func testLeaseExpiry(t *testing.T, h RunnerStoreHarness) {
 				locksGone++
 				locksGoneAt = time.Now()
 			}
-		case <-deadline:
+		case <-timeout:
 			t.Fatalf("after %s: runner deleted=%v, %d/3 locks deleted", last.TTL+5*time.Second, !runnerGone.IsZero(), locksGone)
 		}
 	}
-	// Expiry counts from the last renewal, which the server made no earlier
-	// than the request left: the reported deadline is never late.
 	for what, at := range map[string]time.Time{"runner key": runnerGone, "locks": locksGoneAt} {
-		if at.Before(last.Deadline) {
-			t.Errorf("%s deleted at %v, before the reported conservative deadline %v", what, at, last.Deadline)
+		if at.Before(deadline) {
+			t.Errorf("%s deleted at %v, before the conservative deadline %v (last confirmation's send + TTL)", what, at, deadline)
 		}
 		if late := at.Sub(crashedAt); late > last.TTL+time.Second {
 			t.Errorf("%s deleted %s after the crash; want within TTL %s + 1s", what, late, last.TTL)
@@ -141,15 +212,15 @@ func testLeaseExpiry(t *testing.T, h RunnerStoreHarness) {
 func testLeaseLostAfterRevoke(t *testing.T, h RunnerStoreHarness) {
 	ns := h.Namespace(t)
 	s := h.Open(t, ns)
-	ss := register(t, s, "revoked", shortTTL)
+	ss := registerBare(t, s, "revoked", shortTTL)
+	results, loopDone := keepAlive(t, ss)
 	ctx := ctxT(t)
-	ch := ss.Health(ctx)
 	h.RevokeLease(t, ss.LeaseID())
 	revokedAt := time.Now()
-	waitForEvent(t, ch, 2*ss.TTL(), "lease-lost observation", func(h storage.LeaseHealth) bool {
-		if h.LeaseLost {
-			if h.OK || !errors.Is(h.Err, storage.ErrLeaseLost) {
-				t.Fatalf("lease-lost observation %+v", h)
+	waitForEvent(t, results, 2*ss.TTL(), "lease-lost result", func(r keepAliveReport) bool {
+		if errors.Is(r.err, storage.ErrLeaseLost) {
+			if r.res.TTL != 0 || r.res.SentAt.Before(revokedAt) {
+				t.Fatalf("lease-lost result %+v (revoked at %v)", r.res, revokedAt)
 			}
 			return true
 		}
@@ -162,8 +233,12 @@ func testLeaseLostAfterRevoke(t *testing.T, h RunnerStoreHarness) {
 	}
 	select {
 	case <-ss.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Done not closed after lease loss")
+	default:
+		t.Fatal("Done not closed by the keep-alive that found the lease lost")
+	}
+	waitClosed(t, loopDone, 5*time.Second, "the keep-alive loop to end after the loss")
+	if _, err := ss.KeepAlive(ctx); !errors.Is(err, storage.ErrLeaseLost) {
+		t.Fatalf("KeepAlive after lease loss: got %v, want ErrLeaseLost", err)
 	}
 	if _, err := ss.AcquireShards(ctx, shards("default", 0, 1)); !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("AcquireShards after lease loss: got %v, want ErrLeaseLost", err)
@@ -171,5 +246,27 @@ func testLeaseLostAfterRevoke(t *testing.T, h RunnerStoreHarness) {
 	list, _, err := s.Runners(ctx)
 	if err != nil || len(list) != 0 {
 		t.Fatalf("runner record after revoke: %+v, %v", list, err)
+	}
+}
+
+// testKeepAliveAfterExpiry: a lease nobody renewed expires; the next
+// KeepAlive reports it lost and ends the session.
+func testKeepAliveAfterExpiry(t *testing.T, h RunnerStoreHarness) {
+	s := h.Open(t, h.Namespace(t))
+	ss := registerBare(t, s, "forgotten", shortTTL)
+	ctx := ctxT(t)
+	waitFor(t, "the unrenewed lease to expire", ss.TTL()+5*time.Second, func() bool {
+		list, _, err := s.Runners(ctx)
+		return err == nil && len(list) == 0
+	})
+	res, err := ss.KeepAlive(ctx)
+	wantErr(t, err, storage.ErrLeaseLost, "KeepAlive of an expired lease")
+	if res.TTL != 0 || res.SentAt.IsZero() {
+		t.Fatalf("lease-lost result %+v", res)
+	}
+	select {
+	case <-ss.Done():
+	default:
+		t.Fatal("Done not closed by the keep-alive that found the lease lost")
 	}
 }

@@ -162,6 +162,7 @@ func TestWatchLocksFollowsEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ss.Close(context.Background())
+	go storage.KeepAliveLoop(ctx, ss, storage.KeepAliveCadence{}, nil) // its lease lives as long as the test needs
 	if _, err := ss.AcquireShards(ctx, []storage.ShardID{shard(0), shard(1)}); err != nil {
 		t.Fatal(err)
 	}
