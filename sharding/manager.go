@@ -17,7 +17,7 @@ import (
 )
 
 // Manager runs one runner's side of the cluster: its registration and
-// lease, the detachment machine fed by keep-alive health and storage
+// lease, the detachment machine fed by every keep-alive result (keepalive.go) and storage
 // outcomes, and the shard loop that acquires, verifies and releases the
 // shards the assignment gives it. It hands owned shards to a Handler.
 //
