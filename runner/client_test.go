@@ -19,6 +19,7 @@ import (
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
@@ -59,26 +60,16 @@ func testContext(t *testing.T) context.Context {
 }
 
 // runRunner runs r until the test ends (or stop is called), and checks
-// that Run returned nil.
+// that Run returned nil within 30s of its cancellation.
 func runRunner(t *testing.T, r *runner.Runner) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stopped := false
+	run := harness.Go(r.Run)
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
+		switch err := run.Stop(30 * time.Second); {
+		case errors.Is(err, harness.ErrStopTimeout):
 			t.Error("the runner did not stop within 30s")
+		case err != nil:
+			t.Errorf("Run: %v", err)
 		}
 	}
 	t.Cleanup(stop)

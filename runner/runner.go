@@ -203,17 +203,12 @@ func (r *Runner) AdminAddr() string {
 }
 
 // clusterProcedure returns the name of the assignment procedure to check
-// the cluster meta with: the cluster's own when this version knows it (a
-// cluster created by an earlier version keeps its procedure while it is
-// upgraded; the sharding manager adopts it the same way), else the
-// current one, which EnsureMeta then compares and reports. A failed read
-// is left to EnsureMeta to report.
+// the cluster meta with: the cluster's own when this version knows it
+// (sharding.ClusterProcedure, which the sharding manager adopts the same
+// way), else the current one, which EnsureMeta then compares and reports.
+// A failed read is left to EnsureMeta to report.
 func (r *Runner) clusterProcedure(ctx context.Context) string {
-	stored, err := r.rs.Meta(ctx)
-	if err != nil {
-		return sharding.HashName
-	}
-	p, err := sharding.ProcedureNamed(stored.Hash)
+	p, _, err := sharding.ClusterProcedure(ctx, r.rs)
 	if err != nil {
 		return sharding.HashName
 	}

@@ -235,25 +235,17 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 // adoptProcedure makes the runner use the assignment procedure of an
-// existing cluster when it knows it, before EnsureMeta compares the rest:
-// a cluster created by an earlier version keeps its procedure, so that
-// runners of both versions compute the same owners while it is upgraded.
+// existing cluster when it knows it, before EnsureMeta compares the rest
+// (see ClusterProcedure).
 func (m *Manager) adoptProcedure(ctx context.Context) error {
-	stored, err := m.store.Meta(ctx)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil // a new cluster: EnsureMeta records ours
-	}
-	if err != nil || stored.Hash == m.meta.Hash {
+	p, found, err := ClusterProcedure(ctx, m.store)
+	if err != nil || !found || p.Name() == m.meta.Hash {
 		return err
-	}
-	p, err := ProcedureNamed(stored.Hash)
-	if err != nil {
-		return fmt.Errorf("cluster meta: %w", err)
 	}
 	m.log.Warn("the cluster was created with an earlier assignment procedure; using it, so that every runner computes the same owners",
 		"procedure", p.Name(), "current", HashName)
 	m.mu.Lock()
-	m.meta.Hash, m.proc = stored.Hash, p
+	m.meta.Hash, m.proc = p.Name(), p
 	m.mu.Unlock()
 	return nil
 }

@@ -1,8 +1,11 @@
 package sharding
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/tenurehq/tenure/storage"
 )
 
 // Procedure is a version of the assignment procedure. A cluster's meta
@@ -63,6 +66,28 @@ func ProcedureNamed(name string) (Procedure, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w %q: this version knows %q and %q; upgrade the runner", ErrUnknownProcedure, name, ProcedureV2.Name(), ProcedureV1.Name())
+}
+
+// ClusterProcedure returns the assignment procedure an existing cluster's
+// meta names, and whether the cluster exists (a new one has no meta: its
+// first runner records the current procedure). A cluster created by an
+// earlier version keeps its procedure while it is upgraded, so that
+// runners of both versions compute the same owners: the Manager adopts it
+// before comparing the rest of the meta, and a runner checks the meta with
+// it. A procedure this version does not know wraps ErrUnknownProcedure.
+func ClusterProcedure(ctx context.Context, store storage.ClusterMetaStore) (p Procedure, found bool, err error) {
+	stored, err := store.Meta(ctx)
+	if errors.Is(err, storage.ErrNotFound) {
+		return ProcedureV2, false, nil
+	}
+	if err != nil {
+		return ProcedureV2, false, err
+	}
+	p, err = ProcedureNamed(stored.Hash)
+	if err != nil {
+		return ProcedureV2, true, fmt.Errorf("cluster meta: %w", err)
+	}
+	return p, true, nil
 }
 
 // Assign is the package's Assign under procedure p.

@@ -22,6 +22,7 @@ import (
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
 )
 
@@ -55,36 +56,29 @@ type started struct {
 
 func startService(t *testing.T, cfg runner.Config) *started {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := newService(cfg, log, 30*time.Second)
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		cancel()
 		svc.close()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.serve(ctx, ln) }()
-	var once sync.Once
+	run := harness.Go(func(ctx context.Context) error { return svc.serve(ctx, ln) })
 	s := &started{svc: svc, url: "http://" + ln.Addr().String()}
 	s.stop = func(t *testing.T) {
-		once.Do(func() {
-			cancel()
-			defer svc.close()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("serve: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("serve did not return within 30s of its context ending")
-			}
-		})
+		if !run.Running() {
+			return
+		}
+		defer svc.close()
+		switch err := run.Stop(30 * time.Second); {
+		case errors.Is(err, harness.ErrStopTimeout):
+			t.Error("serve did not return within 30s of its context ending")
+		case err != nil:
+			t.Errorf("serve: %v", err)
+		}
 	}
 	t.Cleanup(func() { s.stop(t) })
 	return s
