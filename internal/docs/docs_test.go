@@ -73,6 +73,17 @@ type document struct {
 	anchors map[string]bool
 }
 
+// eachText calls f with every prose line and every code span or block of
+// d, with the line it starts on.
+func (d document) eachText(f func(n int, text string)) {
+	for _, l := range d.prose {
+		f(l.n, l.text)
+	}
+	for _, c := range d.code {
+		f(c.n, c.text)
+	}
+}
+
 // line is a line of prose with its line number.
 type line struct {
 	n    int
@@ -213,12 +224,7 @@ func TestMetricNamesExist(t *testing.T) {
 				}
 			}
 		}
-		for _, l := range d.prose {
-			check(l.n, l.text)
-		}
-		for _, c := range d.code {
-			check(c.n, c.text)
-		}
+		d.eachText(check)
 	}
 	if len(checked) < 20 {
 		t.Errorf("only %d metric names found in the documents: is the parser still finding them?", len(checked))
@@ -372,12 +378,7 @@ func TestConfigKeysExist(t *testing.T) {
 				}
 			}
 		}
-		for _, l := range d.prose {
-			check(l.n, l.text)
-		}
-		for _, c := range d.code {
-			check(c.n, c.text)
-		}
+		d.eachText(check)
 	}
 	if len(checked) < 30 {
 		t.Errorf("only %d config keys found in the documents: is the parser still finding them?", len(checked))
