@@ -62,6 +62,7 @@ type hostOptions struct {
 	registry prometheus.Registerer
 	tracer   trace.TracerProvider
 	types    *Types // registered before the host existed (WithTypes)
+	caller   Caller // handlers' CallerFrom (WithCaller)
 }
 
 // WithLogger sets the logger (default: discard).

@@ -30,8 +30,9 @@ var (
 type Owner struct {
 	// RunnerID is the holder's runner id.
 	RunnerID string
-	// Addr is where the holder is reached: its runner record's address,
-	// empty when the record has none (or could not be decoded).
+	// Addr is where the holder serves entity calls: its runner record's
+	// call address (storage.RunnerInfo.CallAddr), empty when the record has
+	// none (or could not be decoded).
 	Addr string
 	// Epoch is the lock's epoch (storage.ShardLock.Epoch): the fencing
 	// token the holder checks a call against. It grows across successive
@@ -232,7 +233,7 @@ func (t *Table) ownerLocked(shard storage.ShardID) (Owner, bool) {
 	if !ok {
 		return Owner{}, false
 	}
-	return Owner{RunnerID: l.RunnerID, Addr: t.runners[l.RunnerID].Addr, Epoch: l.Epoch, Revision: t.rev}, true
+	return Owner{RunnerID: l.RunnerID, Addr: t.runners[l.RunnerID].CallAddr, Epoch: l.Epoch, Revision: t.rev}, true
 }
 
 // AwaitOwner returns the holder of shard once the view has one whose epoch

@@ -69,7 +69,7 @@ func startTable(t *testing.T, st storage.MembershipReader) (tbl *routing.Table, 
 // test ends.
 func register(t *testing.T, st storage.Registrar, id, addr string) storage.Session {
 	t.Helper()
-	ss, err := st.Register(ctxT(t), storage.RunnerInfo{ID: id, Addr: addr, Weight: 1, Groups: []string{storage.DefaultGroup}}, 5*time.Second)
+	ss, err := st.Register(ctxT(t), storage.RunnerInfo{ID: id, CallAddr: addr, Weight: 1, Groups: []string{storage.DefaultGroup}}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func mustOwner(t *testing.T, tbl *routing.Table, s storage.ShardID, id string, e
 
 // runnerOf is the runner put that explains a lock of id.
 func runnerOf(id string, rev int64) storage.MembershipEvent {
-	return storage.MembershipEvent{Runner: &storage.RunnerEvent{Kind: storage.EventPut, ID: id, Runner: storage.RunnerInfo{ID: id, Addr: id + ":1"}, Revision: rev}}
+	return storage.MembershipEvent{Runner: &storage.RunnerEvent{Kind: storage.EventPut, ID: id, Runner: storage.RunnerInfo{ID: id, CallAddr: id + ":1"}, Revision: rev}}
 }
 
 func lockPut(s storage.ShardID, id string, epoch, rev int64) storage.MembershipEvent {

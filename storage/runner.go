@@ -37,8 +37,12 @@ func (m ClusterMeta) Compare(want ClusterMeta) error {
 
 // RunnerInfo is a runner's registration record.
 type RunnerInfo struct {
-	ID        string    `json:"id"`         // unique, stable runner id
-	Addr      string    `json:"addr"`       // address other processes reach it at (admin/RPC), may be empty
+	ID   string `json:"id"`   // unique, stable runner id
+	Addr string `json:"addr"` // admin address (HTTP: metrics, health, drain), may be empty
+	// CallAddr is where the runner serves entity calls (gRPC, and HTTP +
+	// JSON): host:port, or empty when it serves none. Records of runners
+	// older than entity messaging have none.
+	CallAddr  string    `json:"call_addr,omitempty"`
 	Weight    float64   `json:"weight"`     // assignment weight; 0 drains the runner
 	Groups    []string  `json:"groups"`     // shard groups it serves
 	Version   string    `json:"version"`    // software version
