@@ -13,7 +13,7 @@ SOAK_SEED           ?=
 SOAK_TIMEOUT        ?= 120m
 SOAK_LOG            ?= /tmp/tenure-soak.log
 
-.PHONY: all test lint bench integration soak dev build tidy
+.PHONY: all test lint bench integration soak dev build tidy generate
 
 all: lint test
 
@@ -66,6 +66,13 @@ soak:
 ## dev: a local cluster on embedded etcd and S3
 dev:
 	$(GO) run ./cmd/tenure dev
+
+## generate: protobuf code (internal/callpb) from proto/, with Go tools only:
+## buf and every protoc plugin run at pinned versions through `go run`, so
+## no protoc install and no network beyond the Go module proxy
+BUF ?= $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
+generate:
+	cd proto && $(BUF) generate
 
 tidy:
 	$(GO) mod tidy
