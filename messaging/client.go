@@ -1,0 +1,353 @@
+package messaging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/routing"
+	"github.com/tenurehq/tenure/storage"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+)
+
+const tracerName = "github.com/tenurehq/tenure/messaging"
+
+const (
+	kindCall = "call"
+	kindSend = "send"
+)
+
+// Client routes calls and sends to the runner holding each entity's shard,
+// as its routing table sees it, and follows the shard when it moves. It
+// implements entity.Caller and is safe for concurrent use.
+type Client struct {
+	table   *routing.Table
+	cfg     Config
+	opts    options
+	pool    *pool
+	metrics *clientMetrics
+	tracer  trace.Tracer
+	closed  atomic.Bool
+}
+
+var _ entity.Caller = (*Client)(nil)
+
+// NewClient returns a Client routing on table. Options: WithLocal,
+// WithTLS, WithLogger, WithRegisterer, WithTracerProvider.
+func NewClient(table *routing.Table, cfg Config, opts ...Option) (*Client, error) {
+	if table == nil {
+		return nil, fmt.Errorf("%w: nil routing table", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{table: table, cfg: cfg, opts: newOptions(opts)}
+	if c.opts.local != nil && c.opts.self == "" {
+		return nil, fmt.Errorf("%w: WithLocal: empty runner id", ErrInvalidConfig)
+	}
+	c.pool = newPool(c.opts.tls, cfg.wireLimit(), cfg.IdleConnTimeout)
+	c.metrics = newClientMetrics(c.opts.registry)
+	c.tracer = c.opts.tracer.Tracer(tracerName)
+	return c, nil
+}
+
+// Close closes the pooled connections; calls made afterwards fail with
+// ErrClosed, and calls in flight on a connection fail unknown.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	c.pool.close()
+	return nil
+}
+
+// Call delivers body to the entity (typ, id) of the Config's group and
+// returns its reply. See the package documentation for when it retries
+// and what its errors mean.
+func (c *Client) Call(ctx context.Context, typ, id string, body []byte) ([]byte, error) {
+	return c.do(ctx, kindCall, typ, id, body)
+}
+
+// Send delivers body to the entity (typ, id) and returns once its owner
+// has accepted it, without waiting for the handler. It is retried under
+// the rules of Call.
+func (c *Client) Send(ctx context.Context, typ, id string, body []byte) error {
+	_, err := c.do(ctx, kindSend, typ, id, body)
+	return err
+}
+
+// call is one Call or Send across its attempts.
+type call struct {
+	kind, typ, id string
+	body          []byte
+	shard         storage.ShardID
+	trace         map[string]string
+	attempts      int
+	local         bool
+	epoch         int64 // of the last attempt
+	last          error // why the last attempt did not finish the call
+}
+
+func (c *Client) do(ctx context.Context, kind, typ, id string, body []byte) ([]byte, error) {
+	start := time.Now()
+	cl := &call{kind: kind, typ: typ, id: id, body: body}
+	var reply []byte
+	err := c.check(cl)
+	if err == nil {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
+			defer cancel()
+		}
+		cl.shard = task.ShardOf(c.cfg.Group, c.cfg.Shards, typ, id, "")
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, "tenure.call", trace.WithSpanKind(trace.SpanKindClient))
+		if sc := span.SpanContext(); sc.IsValid() {
+			cl.trace = make(map[string]string, 2)
+			propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(cl.trace))
+		}
+		reply, err = c.run(ctx, cl)
+		c.endSpan(span, cl, err)
+	}
+	path := pathRemote
+	if cl.local {
+		path = pathLocal
+	}
+	c.metrics.calls.WithLabelValues(kind, outcomeOf(err)).Inc()
+	c.metrics.duration.WithLabelValues(path).Observe(time.Since(start).Seconds())
+	return reply, err
+}
+
+// check rejects what no owner could accept, before routing.
+func (c *Client) check(cl *call) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if f := checkNames(cl.typ, cl.id, c.cfg.Group); f != nil {
+		return c.callError(cl, f)
+	}
+	if len(cl.body) > c.cfg.MaxMessageBytes {
+		return &TooLargeError{What: "request", Size: len(cl.body), Limit: c.cfg.MaxMessageBytes}
+	}
+	return nil
+}
+
+func (c *Client) endSpan(span trace.Span, cl *call, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("tenure.entity.type", cl.typ), attribute.String("tenure.entity.id", cl.id),
+			attribute.String("tenure.shard", cl.shard.String()), attribute.Int64("tenure.epoch", cl.epoch),
+			attribute.Int("tenure.attempts", cl.attempts), attribute.String("tenure.outcome", outcomeOf(err)))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+func outcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return outcomeOK
+	case errors.Is(err, ErrOutcomeUnknown):
+		return outcomeUnknown
+	case errors.Is(err, entity.ErrRefused):
+		return outcomeRefused
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return outcomeTimeout
+	}
+	return outcomeError
+}
+
+// result says what an attempt proved.
+type result int
+
+const (
+	finished result = iota // a reply, a definite failure, or an unknown outcome
+	refused                // the owner did not start it: route again
+	notSent                // the request never left this process: route again
+)
+
+// run makes attempts until one finishes or ctx ends. It routes on the
+// table's owner, or on a refusal's hint when that names a newer holder;
+// between attempts it waits for the table to name another holder than the
+// one that failed, at most a jittered backoff.
+func (c *Client) run(ctx context.Context, cl *call) ([]byte, error) {
+	var (
+		owner  routing.Owner
+		hinted bool
+		bo     *backoff.ExponentialBackOff
+	)
+	for {
+		if !hinted {
+			o, ok := c.table.Owner(cl.shard)
+			if !ok {
+				c.metrics.reroutes.WithLabelValues(rerouteNoOwner).Inc()
+				var err error
+				if o, err = c.table.AwaitOwner(ctx, cl.shard, 0); err != nil {
+					return nil, c.giveUp(ctx, cl, err)
+				}
+			}
+			owner = o
+		}
+		hinted = false
+		cl.attempts++
+		cl.epoch = owner.Epoch
+		reply, res, err := c.attempt(ctx, cl, owner)
+		switch res {
+		case finished:
+			return reply, err
+		case refused:
+			var r *entity.RefusedError
+			if errors.As(err, &r) {
+				c.metrics.reroutes.WithLabelValues(string(r.Reason)).Inc()
+			}
+			var hint routing.Owner
+			hint, hinted = hintOf(err, owner)
+			if hinted {
+				owner = hint
+			}
+		case notSent:
+			c.metrics.reroutes.WithLabelValues(rerouteNotSent).Inc()
+		}
+		cl.last = err
+		if hinted {
+			continue
+		}
+		if bo == nil {
+			bo = backoff.NewExponentialBackOff()
+			bo.InitialInterval, bo.MaxInterval = c.cfg.MinBackoff, c.cfg.MaxBackoff
+		}
+		if err := c.awaitMove(ctx, cl.shard, owner.Epoch, bo.NextBackOff()); err != nil {
+			return nil, c.giveUp(ctx, cl, err)
+		}
+	}
+}
+
+// awaitMove waits until the table names a holder of shard under another
+// epoch than epoch, or d passes; it returns an error only when ctx ends.
+func (c *Client) awaitMove(ctx context.Context, shard storage.ShardID, epoch int64, d time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if _, err := c.table.AwaitOwner(wctx, shard, epoch); err != nil {
+		<-wctx.Done() // the table stopped: wait out d rather than spin
+	}
+	return ctx.Err()
+}
+
+// giveUp is the error of a call whose deadline ended between attempts: it
+// wraps the reason the last attempt did not finish (a refusal, an
+// unreachable owner) and ctx's error.
+func (c *Client) giveUp(ctx context.Context, cl *call, err error) error {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = err
+	}
+	switch {
+	case cl.last == nil:
+		return fmt.Errorf("messaging: call %s/%s: no runner holds shard %s: %w: %w", cl.typ, cl.id, cl.shard, ErrNoOwner, cause)
+	case errors.Is(cl.last, entity.ErrRefused):
+		return fmt.Errorf("messaging: call %s/%s: gave up after %d attempts: %w: %w", cl.typ, cl.id, cl.attempts, cl.last, cause)
+	}
+	return fmt.Errorf("messaging: call %s/%s: gave up after %d attempts: %w: %w (last: %w)", cl.typ, cl.id, cl.attempts, ErrNoOwner, cause, cl.last)
+}
+
+// hintOf returns the holder a refusal names, when it is newer than the one
+// the call was routed to: the refusing runner has seen the move already.
+func hintOf(err error, routed routing.Owner) (routing.Owner, bool) {
+	var h *refusalHint
+	if errors.As(err, &h) && h.owner.Epoch > routed.Epoch && h.owner.Addr != "" {
+		return h.owner, true
+	}
+	return routing.Owner{}, false
+}
+
+// refusalHint is a remote refusal with the holder the refusing runner
+// named; it unwraps to the *entity.RefusedError.
+type refusalHint struct {
+	*entity.RefusedError
+	owner routing.Owner
+}
+
+func (h *refusalHint) Unwrap() error { return h.RefusedError }
+
+func (c *Client) attempt(ctx context.Context, cl *call, owner routing.Owner) ([]byte, result, error) {
+	if c.opts.local != nil && owner.RunnerID == c.opts.self {
+		cl.local = true
+		return c.attemptLocal(ctx, cl, owner)
+	}
+	cl.local = false
+	if owner.Addr == "" {
+		return nil, notSent, fmt.Errorf("messaging: runner %s holds shard %s but advertises no call address", owner.RunnerID, cl.shard)
+	}
+	return c.attemptRemote(ctx, cl, owner)
+}
+
+func (c *Client) attemptLocal(ctx context.Context, cl *call, owner routing.Owner) ([]byte, result, error) {
+	out, err := c.opts.local.Deliver(ctx, entity.Delivery{
+		Message: entity.Message{Type: cl.typ, ID: cl.id, Body: cl.body, OneWay: cl.kind == kindSend},
+		Shard:   cl.shard,
+		Epoch:   owner.Epoch,
+	})
+	var r *entity.RefusedError
+	switch {
+	case errors.As(err, &r):
+		return nil, refused, r
+	case err != nil:
+		return nil, finished, c.callError(cl, failureOf(cl.typ, err))
+	case len(out) > c.cfg.MaxMessageBytes:
+		return nil, finished, c.callError(cl, failureOf(cl.typ, &TooLargeError{What: "reply", Size: len(out), Limit: c.cfg.MaxMessageBytes}))
+	}
+	return out, finished, nil
+}
+
+func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owner) ([]byte, result, error) {
+	client, err := c.pool.get(owner.Addr)
+	if errors.Is(err, ErrClosed) {
+		return nil, finished, err
+	}
+	if err != nil {
+		return nil, notSent, err
+	}
+	req := &callpb.CallRequest{Type: cl.typ, Id: cl.id, Group: c.cfg.Group, Payload: cl.body,
+		Epoch: owner.Epoch, OneWay: cl.kind == kindSend, Trace: cl.trace}
+	sent := new(atomic.Bool)
+	// WaitForReady(false): with no ready connection the call fails at once,
+	// before sending, instead of queueing on a runner that may be gone;
+	// the loop then waits on the table, which knows better.
+	rep, err := client.Call(context.WithValue(ctx, sentKey{}, sent), req, grpc.WaitForReady(false))
+	if err != nil {
+		if !sent.Load() {
+			return nil, notSent, fmt.Errorf("messaging: call %s/%s not sent to runner %s at %s: %w", cl.typ, cl.id, owner.RunnerID, owner.Addr, err)
+		}
+		if ctxErr := context.Cause(ctx); ctxErr != nil {
+			return nil, finished, fmt.Errorf("%w: call %s/%s to runner %s at %s: %w", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID, owner.Addr, ctxErr)
+		}
+		return nil, finished, fmt.Errorf("%w: call %s/%s to runner %s at %s: %w", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID, owner.Addr, err)
+	}
+	switch o := rep.Outcome.(type) {
+	case *callpb.CallReply_Payload:
+		return o.Payload, finished, nil
+	case *callpb.CallReply_Refusal:
+		r := o.Refusal
+		return nil, refused, &refusalHint{
+			RefusedError: &entity.RefusedError{Reason: entity.RefusalReason(reasonLabel(r.Reason)), Shard: cl.shard, Epoch: r.HeldEpoch},
+			owner:        routing.Owner{RunnerID: r.OwnerRunnerId, Addr: r.OwnerAddress, Epoch: r.OwnerEpoch},
+		}
+	case *callpb.CallReply_Failure:
+		return nil, finished, c.callError(cl, o.Failure)
+	}
+	return nil, finished, fmt.Errorf("%w: call %s/%s: runner %s replied without an outcome this client knows", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID)
+}
+
+func (c *Client) callError(cl *call, f *callpb.Failure) error {
+	return &CallError{Type: cl.typ, ID: cl.id, Code: f.Code, Message: f.Message}
+}

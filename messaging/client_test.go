@@ -1,0 +1,403 @@
+package messaging_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/messaging"
+)
+
+func TestCallRoutesToOwner(t *testing.T) {
+	testenv.CheckLeaks(t)
+	a, b := &fake{name: "a"}, &fake{name: "b"}
+	v := newView()
+	v.runner("a", serve(t, a))
+	v.runner("b", serve(t, b))
+	v.lock("b", 7)
+	c, reg := v.client(t)
+
+	got, err := c.Call(ctxT(t), "echo", "e1", []byte(`{"x":1}`))
+	if err != nil || string(got) != `b:{"x":1}` {
+		t.Fatalf("Call: %q, %v; want b's echo", got, err)
+	}
+	if a.count.Load() != 0 || b.count.Load() != 1 {
+		t.Fatalf("deliveries: a %d, b %d; want 0, 1", a.count.Load(), b.count.Load())
+	}
+	d := b.lastDelivery()
+	if d.Type != "echo" || d.ID != "e1" || d.Shard != shard0 || d.Epoch != 7 || d.OneWay {
+		t.Fatalf("delivery %+v: want echo/e1 on %s at epoch 7, not one-way", d, shard0)
+	}
+	if err := c.Send(ctxT(t), "echo", "e1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if d := b.lastDelivery(); !d.OneWay {
+		t.Fatal("Send delivered a message without OneWay")
+	}
+	if n := counter(t, reg, "tenure_calls_total", map[string]string{"kind": "call", "outcome": "ok"}); n != 1 {
+		t.Fatalf("tenure_calls_total{call,ok} = %v, want 1", n)
+	}
+}
+
+func TestLocalPathSkipsNetwork(t *testing.T) {
+	testenv.CheckLeaks(t)
+	remote, local := &fake{name: "remote"}, &fake{name: "local"}
+	v := newView()
+	v.runner("self", serve(t, remote)) // the same runner's call address: must not be used
+	v.lock("self", 3)
+	c, _ := v.client(t, messaging.WithLocal("self", local))
+
+	got, err := c.Call(ctxT(t), "echo", "e1", []byte("hi"))
+	if err != nil || string(got) != "local:hi" {
+		t.Fatalf("Call: %q, %v; want the local echo", got, err)
+	}
+	if remote.count.Load() != 0 || local.count.Load() != 1 {
+		t.Fatalf("deliveries: remote %d, local %d; want 0, 1", remote.count.Load(), local.count.Load())
+	}
+	if d := local.lastDelivery(); d.Epoch != 3 || d.Shard != shard0 {
+		t.Fatalf("local delivery %+v: want epoch 3 on %s", d, shard0)
+	}
+}
+
+// refuser refuses every delivery as not-owner, signalling each on refused.
+func refuser(refused chan<- struct{}) func(context.Context, entity.Delivery) ([]byte, error) {
+	return func(_ context.Context, d entity.Delivery) ([]byte, error) {
+		select {
+		case refused <- struct{}{}:
+		default:
+		}
+		return nil, &entity.RefusedError{Reason: entity.RefusedNotOwner, Shard: d.Shard}
+	}
+}
+
+func TestRefusalReroutesAfterTableChange(t *testing.T) {
+	testenv.CheckLeaks(t)
+	refused := make(chan struct{}, 1)
+	a, b := &fake{name: "a", fn: refuser(refused)}, &fake{name: "b"}
+	v := newView()
+	v.runner("a", serve(t, a))
+	v.runner("b", serve(t, b))
+	v.lock("a", 5)
+	c, reg := v.client(t)
+
+	type res struct {
+		reply []byte
+		err   error
+	}
+	done := make(chan res, 1)
+	go func() {
+		r, err := c.Call(ctxT(t), "echo", "e1", []byte("hi"))
+		done <- res{r, err}
+	}()
+	<-refused
+	v.lock("b", 9)
+	r := <-done
+	if r.err != nil || string(r.reply) != "b:hi" {
+		t.Fatalf("Call: %q, %v; want b's reply", r.reply, r.err)
+	}
+	if b.count.Load() != 1 || b.lastDelivery().Epoch != 9 {
+		t.Fatalf("b: %d deliveries, last at epoch %d; want 1 at 9", b.count.Load(), b.lastDelivery().Epoch)
+	}
+	if n := counter(t, reg, "tenure_call_reroutes_total", map[string]string{"reason": "not-owner"}); n < 1 {
+		t.Fatalf("tenure_call_reroutes_total{not-owner} = %v, want ≥ 1", n)
+	}
+}
+
+func TestRefusalFollowsHint(t *testing.T) {
+	testenv.CheckLeaks(t)
+	b := &fake{name: "b"}
+	bAddr := serve(t, b)
+	// a's own view already has b as the holder; the caller's does not.
+	av := newView()
+	av.runner("b", bAddr)
+	av.lock("b", 9)
+	a := &fake{name: "a", fn: refuser(make(chan struct{}, 1))}
+	v := newView()
+	v.runner("a", serve(t, a, messaging.WithTable(av.tbl)))
+	v.runner("b", bAddr)
+	v.lock("a", 5)
+	c, _ := v.client(t)
+
+	got, err := c.Call(ctxT(t), "echo", "e1", []byte("hi"))
+	if err != nil || string(got) != "b:hi" {
+		t.Fatalf("Call: %q, %v; want b's reply through a's hint", got, err)
+	}
+	if a.count.Load() != 1 || b.count.Load() != 1 || b.lastDelivery().Epoch != 9 {
+		t.Fatalf("deliveries: a %d, b %d (epoch %d); want 1, 1 at epoch 9", a.count.Load(), b.count.Load(), b.lastDelivery().Epoch)
+	}
+}
+
+func TestRefusedUntilDeadline(t *testing.T) {
+	testenv.CheckLeaks(t)
+	a := &fake{name: "a", fn: refuser(make(chan struct{}, 1))}
+	v := newView()
+	v.runner("a", serve(t, a))
+	v.lock("a", 5)
+	c, reg := v.client(t)
+	ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.Call(ctx, "echo", "e1", nil)
+	if !errors.Is(err, entity.ErrRefused) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Call: %v; want a refusal at the deadline", err)
+	}
+	if a.count.Load() < 2 {
+		t.Fatalf("a saw %d attempts; want retries", a.count.Load())
+	}
+	if n := counter(t, reg, "tenure_calls_total", map[string]string{"outcome": "refused"}); n != 1 {
+		t.Fatalf("tenure_calls_total{refused} = %v, want 1", n)
+	}
+}
+
+func TestNoOwnerWaitsForOne(t *testing.T) {
+	testenv.CheckLeaks(t)
+	b := &fake{name: "b"}
+	v := newView()
+	v.runner("b", serve(t, b))
+	c, reg := v.client(t)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctxT(t), "echo", "e1", nil)
+		done <- err
+	}()
+	testenv.WaitFor(t, "the call to wait for an owner", 10*time.Second, func() bool {
+		return counter(t, reg, "tenure_call_reroutes_total", map[string]string{"reason": "no-owner"}) == 1
+	})
+	v.lock("b", 4)
+	if err := <-done; err != nil {
+		t.Fatalf("Call: %v", err)
+	}
+	if b.count.Load() != 1 {
+		t.Fatalf("b: %d deliveries, want 1", b.count.Load())
+	}
+
+	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Call(ctx, "echo", "other-shard-group", nil)
+	if err != nil {
+		t.Fatalf("Call with an owner: %v", err)
+	}
+}
+
+func TestNoOwnerTimesOut(t *testing.T) {
+	testenv.CheckLeaks(t)
+	v := newView()
+	c, reg := v.client(t)
+	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Call(ctx, "echo", "e1", nil)
+	if !errors.Is(err, messaging.ErrNoOwner) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Call: %v; want ErrNoOwner at the deadline", err)
+	}
+	if n := counter(t, reg, "tenure_calls_total", map[string]string{"outcome": "timeout"}); n != 1 {
+		t.Fatalf("tenure_calls_total{timeout} = %v, want 1", n)
+	}
+}
+
+func TestNotSentIsRetried(t *testing.T) {
+	testenv.CheckLeaks(t)
+	b := &fake{name: "b"}
+	v := newView()
+	v.runner("dead", deadAddr(t))
+	v.runner("b", serve(t, b))
+	v.lock("dead", 5)
+	c, reg := v.client(t)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctxT(t), "echo", "e1", nil)
+		done <- err
+	}()
+	testenv.WaitFor(t, "an attempt that was not sent", 10*time.Second, func() bool {
+		return counter(t, reg, "tenure_call_reroutes_total", map[string]string{"reason": "not-sent"}) >= 1
+	})
+	v.lock("b", 6)
+	if err := <-done; err != nil {
+		t.Fatalf("Call: %v", err)
+	}
+	if b.count.Load() != 1 {
+		t.Fatalf("b: %d deliveries, want 1", b.count.Load())
+	}
+}
+
+func TestOutcomeUnknownIsNotRetried(t *testing.T) {
+	testenv.CheckLeaks(t)
+	entered := make(chan struct{})
+	b := &fake{name: "b", fn: func(ctx context.Context, _ entity.Delivery) ([]byte, error) {
+		close(entered)
+		<-ctx.Done() // the broken connection cancels the handler
+		return nil, ctx.Err()
+	}}
+	proxy := testenv.NewProxy(t, serve(t, b))
+	v := newView()
+	v.runner("b", proxy.Addr())
+	v.lock("b", 5)
+	c, reg := v.client(t)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctxT(t), "echo", "e1", nil)
+		done <- err
+	}()
+	<-entered
+	proxy.SetMode(testenv.Reset)
+	err := <-done
+	if !errors.Is(err, messaging.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Call: %v; want ErrOutcomeUnknown", err)
+	}
+	if b.count.Load() != 1 {
+		t.Fatalf("b: %d deliveries, want exactly 1", b.count.Load())
+	}
+	if n := counter(t, reg, "tenure_calls_total", map[string]string{"outcome": "unknown"}); n != 1 {
+		t.Fatalf("tenure_calls_total{unknown} = %v, want 1", n)
+	}
+}
+
+func TestDeadlineAndCancelTravel(t *testing.T) {
+	testenv.CheckLeaks(t)
+	seen := make(chan time.Time, 1)
+	cancelled := make(chan error, 1)
+	entered := make(chan struct{}, 1)
+	b := &fake{name: "b", fn: func(ctx context.Context, d entity.Delivery) ([]byte, error) {
+		if d.ID == "deadline" {
+			dl, _ := ctx.Deadline()
+			seen <- dl
+			return nil, nil
+		}
+		entered <- struct{}{}
+		<-ctx.Done()
+		cancelled <- ctx.Err()
+		return nil, ctx.Err()
+	}}
+	v := newView()
+	v.runner("b", serve(t, b))
+	v.lock("b", 5)
+	c, _ := v.client(t)
+
+	want := time.Now().Add(5 * time.Second)
+	ctx, cancel := context.WithDeadline(ctxT(t), want)
+	defer cancel()
+	if _, err := c.Call(ctx, "echo", "deadline", nil); err != nil {
+		t.Fatal(err)
+	}
+	// grpc sends the time left, rounded up to its timeout unit.
+	if dl := <-seen; dl.IsZero() || dl.Sub(want).Abs() > time.Second {
+		t.Fatalf("handler's deadline %v; want about %v", dl, want)
+	}
+
+	ctx, cancel = context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctx, "echo", "cancel", nil)
+		done <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler's context ended with %v, want Canceled", err)
+	}
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Call: %v, want Canceled", err)
+	}
+}
+
+func TestOversizedRefusedBeforeSending(t *testing.T) {
+	testenv.CheckLeaks(t)
+	b := &fake{name: "b"}
+	v := newView()
+	v.runner("b", serve(t, b))
+	v.lock("b", 5)
+	cfg := testConfig()
+	cfg.MaxMessageBytes = 16
+	c, err := messaging.NewClient(v.tbl, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Call(ctxT(t), "echo", "e1", bytes.Repeat([]byte("x"), 17))
+	var tl *messaging.TooLargeError
+	if !errors.Is(err, messaging.ErrTooLarge) || !errors.As(err, &tl) || tl.Size != 17 || tl.Limit != 16 {
+		t.Fatalf("Call: %v; want a TooLargeError of 17 over 16", err)
+	}
+	if b.count.Load() != 0 {
+		t.Fatalf("b: %d deliveries, want 0", b.count.Load())
+	}
+	if _, err := c.Call(ctxT(t), "echo", "e1", bytes.Repeat([]byte("x"), 16)); err != nil {
+		t.Fatalf("Call at the limit: %v", err)
+	}
+}
+
+func TestFailuresMapToTypedErrors(t *testing.T) {
+	testenv.CheckLeaks(t)
+	errs := map[string]error{
+		"unknown":  fmt.Errorf("%w: %q", entity.ErrNoHandler, "nope"),
+		"badinput": fmt.Errorf("decoding: %w", entity.ErrBadInput),
+		"panic":    &entity.PanicError{Value: "boom"},
+		"handler":  errors.New("handler says no"),
+		"deadline": fmt.Errorf("waiting: %w", context.DeadlineExceeded),
+		"cancel":   context.Canceled,
+	}
+	d := func(_ context.Context, d entity.Delivery) ([]byte, error) {
+		if d.ID == "huge" {
+			return bytes.Repeat([]byte("x"), testConfig().MaxMessageBytes+1), nil
+		}
+		return nil, errs[d.ID]
+	}
+	cases := []struct {
+		id   string
+		code messaging.Code
+		is   []error
+		msg  string
+	}{
+		{"unknown", messaging.Code(1), []error{messaging.ErrUnknownType}, `type "echo"`},
+		{"badinput", messaging.Code(2), []error{messaging.ErrBadInput, entity.ErrBadInput}, "decoding"},
+		{"panic", messaging.Code(3), []error{messaging.ErrPanicked}, "boom"},
+		{"handler", messaging.Code(4), []error{messaging.ErrHandler}, "handler says no"},
+		{"deadline", messaging.Code(5), []error{context.DeadlineExceeded}, "waiting"},
+		{"cancel", messaging.Code(6), []error{context.Canceled}, "canceled"},
+		{"huge", messaging.Code(7), []error{messaging.ErrTooLarge}, "reply of"},
+	}
+	for _, local := range []bool{false, true} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/local=%v", tc.id, local), func(t *testing.T) {
+				v := newView()
+				var opts []messaging.Option
+				if local {
+					opts = append(opts, messaging.WithLocal("b", &fake{fn: d}))
+					v.runner("b", deadAddr(t))
+				} else {
+					v.runner("b", serve(t, &fake{fn: d}))
+				}
+				v.lock("b", 5)
+				c, _ := v.client(t, opts...)
+				_, err := c.Call(ctxT(t), "echo", tc.id, nil)
+				var ce *messaging.CallError
+				if !errors.As(err, &ce) || ce.Code != tc.code || ce.Type != "echo" || ce.ID != tc.id || !strings.Contains(ce.Message, tc.msg) {
+					t.Fatalf("Call: %v; want a CallError %s naming %q", err, tc.code, tc.msg)
+				}
+				for _, target := range tc.is {
+					if !errors.Is(err, target) {
+						t.Errorf("%v does not match %v", err, target)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestBadNames(t *testing.T) {
+	v := newView()
+	c, _ := v.client(t)
+	for _, tc := range []struct{ typ, id, want string }{{"", "e1", "type is empty"}, {"echo", "", "id is empty"}} {
+		_, err := c.Call(ctxT(t), tc.typ, tc.id, nil)
+		if !errors.Is(err, messaging.ErrBadInput) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Call(%q, %q): %v; want bad input naming %q", tc.typ, tc.id, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+// Package messaging is the transport of entity messaging (issue 12): it
+// carries volatile calls and sends addressed to an entity (type, id) to the
+// runner that holds the entity's shard, and brings the reply back.
+//
+// It owns the wire (EntityService, gRPC; proto/tenure/call/v1/call.proto,
+// generated into internal/callpb), the Server a runner serves on its call
+// address, the Client that routes on a routing.Table and implements
+// entity.Caller, the HTTP + JSON entry point for non-Go callers
+// (HTTPHandler), TLS loading, and the call metrics and spans. Executing a
+// message — the ownership gate, the mailbox, the handler — is the host's
+// (entity.Host.Deliver, behind the Deliverer interface).
+//
+// # Failover semantics
+//
+// Each attempt is delivered at most once: a runner that receives a request
+// either runs it or refuses it, and a Client sends a request again only
+// when it can prove the previous attempt did not start. Its outcomes:
+//
+//   - A reply: the handler ran and answered. For a send, the owner accepted
+//     the message (the handler runs after the reply).
+//   - A refusal (*entity.RefusedError from the owner: not owner, not
+//     attached, shard moving): the handler did not run. The Client routes
+//     again — at once to the holder the refusal names when that holder's
+//     epoch is newer than the one it routed on, else to the table's holder
+//     once the table names one under another epoch, waiting at most a
+//     jittered exponential backoff (Config.MinBackoff..MaxBackoff). While
+//     the holder keeps refusing, this goes on until the call's deadline; the
+//     error then matches entity.ErrRefused and context.DeadlineExceeded.
+//   - Not sent: the request never left this process (no connection could
+//     be made, the connection was refused or closing before grpc queued the
+//     request on it; see sentTracker). Retried as a refusal is. A crashed
+//     owner refuses connections until its lease expires and the shard
+//     moves, so such a call waits for the new holder, woken by the table,
+//     rather than spinning. At the deadline the error matches ErrNoOwner.
+//   - No owner: no lock is held on the shard. The Client waits on the
+//     table (routing.Table.AwaitOwner) until one is, or the deadline.
+//   - A failure (*CallError): the owner decided: unknown type, bad input,
+//     handler error or panic, deadline or cancellation at the owner, reply
+//     too large. Not retried: the handler may have run.
+//   - Unknown (ErrOutcomeUnknown): the request may have reached the owner
+//     and no answer came (the connection broke after sending, or the
+//     deadline passed while waiting). Never retried, since the handler may
+//     have run: a caller that needs delivery whatever happens uses a task,
+//     which is durable and retried by the runtime (package entity/task).
+//
+// A call with no deadline gets Config.DefaultTimeout. The deadline and
+// cancellation travel to the handler (gRPC carries both). A request over
+// Config.MaxMessageBytes is refused before sending (ErrTooLarge).
+//
+// A call to an entity whose shard the Client's own runner holds (WithLocal)
+// goes to the local Deliverer directly, with the same outcomes and errors.
+package messaging

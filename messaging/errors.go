@@ -1,0 +1,168 @@
+package messaging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/internal/callpb"
+)
+
+var (
+	// ErrOutcomeUnknown is returned when the request may have reached the
+	// owner but no reply came back (the connection broke after sending):
+	// the handler may or may not have run. It is never retried.
+	ErrOutcomeUnknown = errors.New("messaging: call outcome unknown")
+	// ErrUnknownType is matched by a *CallError whose entity type has no
+	// handler on the owner.
+	ErrUnknownType = errors.New("messaging: unknown entity type")
+	// ErrBadInput is matched by a *CallError for a request the owner
+	// rejected as malformed; such an error also matches entity.ErrBadInput.
+	ErrBadInput = errors.New("messaging: bad input")
+	// ErrPanicked is matched by a *CallError for a handler that panicked.
+	ErrPanicked = errors.New("messaging: handler panicked")
+	// ErrHandler is matched by a *CallError for a handler that returned an
+	// error.
+	ErrHandler = errors.New("messaging: handler failed")
+	// ErrTooLarge is matched by a *TooLargeError and by a *CallError for a
+	// message over a size limit.
+	ErrTooLarge = errors.New("messaging: message too large")
+	// ErrNoOwner is matched by the error of a call that ended (its
+	// deadline) while no runner held the entity's shard, or while the
+	// holder could not be reached: the request was never sent.
+	ErrNoOwner = errors.New("messaging: no owner for the shard")
+	// ErrClosed is returned by a Client after Close.
+	ErrClosed = errors.New("messaging: client closed")
+)
+
+// Code is the kind of a definite failure, as the owner reported it.
+type Code = callpb.Failure_Code
+
+// CallError is a definite failure of a call: the owner decided, and the
+// handler either did not run (unknown type, bad input, expired deadline)
+// or ran and failed. It matches the sentinel of its Code through errors.Is
+// (CODE_DEADLINE_EXCEEDED and CODE_CANCELLED match the context errors).
+type CallError struct {
+	Type, ID string
+	Code     Code
+	Message  string
+}
+
+// Error names the entity, the code and the owner's message.
+func (e *CallError) Error() string {
+	return fmt.Sprintf("messaging: call %s/%s: %s: %s", e.Type, e.ID, e.Code, e.Message)
+}
+
+// Is matches the sentinel of e's code.
+func (e *CallError) Is(target error) bool {
+	switch e.Code {
+	case callpb.Failure_CODE_UNKNOWN_TYPE:
+		return target == ErrUnknownType
+	case callpb.Failure_CODE_BAD_INPUT:
+		return target == ErrBadInput || target == entity.ErrBadInput
+	case callpb.Failure_CODE_PANIC:
+		return target == ErrPanicked
+	case callpb.Failure_CODE_HANDLER:
+		return target == ErrHandler
+	case callpb.Failure_CODE_DEADLINE_EXCEEDED:
+		return target == context.DeadlineExceeded
+	case callpb.Failure_CODE_CANCELLED:
+		return target == context.Canceled
+	case callpb.Failure_CODE_TOO_LARGE:
+		return target == ErrTooLarge
+	}
+	return false
+}
+
+// TooLargeError reports a message over the size limit, refused before it
+// was sent (a request) or before it was returned (a reply).
+type TooLargeError struct {
+	What  string // "request" or "reply"
+	Size  int
+	Limit int
+}
+
+// Error names the size and the limit.
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("messaging: %s of %d bytes is over the %d-byte limit (MaxMessageBytes)", e.What, e.Size, e.Limit)
+}
+
+// Is matches ErrTooLarge.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// failureOf maps a host's error (other than a refusal) to the failure the
+// caller sees: the same mapping for the local path and the server, so that
+// where an entity lives never changes the error a caller gets.
+func failureOf(typ string, err error) *callpb.Failure {
+	var pe *entity.PanicError
+	code := callpb.Failure_CODE_HANDLER
+	switch {
+	case errors.Is(err, entity.ErrNoHandler):
+		return &callpb.Failure{Code: callpb.Failure_CODE_UNKNOWN_TYPE, Message: fmt.Sprintf("no handler registered for entity type %q", typ)}
+	case errors.Is(err, entity.ErrBadInput):
+		code = callpb.Failure_CODE_BAD_INPUT
+	case errors.As(err, &pe):
+		code = callpb.Failure_CODE_PANIC
+	case errors.Is(err, ErrTooLarge):
+		code = callpb.Failure_CODE_TOO_LARGE
+	case errors.Is(err, context.DeadlineExceeded):
+		code = callpb.Failure_CODE_DEADLINE_EXCEEDED
+	case errors.Is(err, context.Canceled):
+		code = callpb.Failure_CODE_CANCELLED
+	}
+	return &callpb.Failure{Code: code, Message: err.Error()}
+}
+
+// badInput is the failure for a request that names no entity properly.
+func badInput(format string, args ...any) *callpb.Failure {
+	return &callpb.Failure{Code: callpb.Failure_CODE_BAD_INPUT, Message: fmt.Sprintf(format, args...)}
+}
+
+// checkNames validates what a request must name; the message names the
+// field.
+func checkNames(typ, id, group string) *callpb.Failure {
+	switch {
+	case typ == "":
+		return badInput("entity type is empty")
+	case id == "":
+		return badInput("entity id is empty (type %q)", typ)
+	case group == "":
+		return badInput("shard group is empty (entity %s/%s)", typ, id)
+	case len(typ) > maxNameBytes:
+		return badInput("entity type of %d bytes is over %d", len(typ), maxNameBytes)
+	case len(id) > maxNameBytes:
+		return badInput("entity id of %d bytes is over %d (type %q)", len(id), maxNameBytes, typ)
+	}
+	return nil
+}
+
+// maxNameBytes bounds a type or id: they are keys, not payloads.
+const maxNameBytes = 1024
+
+// refusalOf is the wire form of a host's refusal.
+func refusalOf(r *entity.RefusedError) *callpb.Refusal {
+	reason := callpb.Refusal_REASON_UNSPECIFIED
+	switch r.Reason {
+	case entity.RefusedNotOwner:
+		reason = callpb.Refusal_REASON_NOT_OWNER
+	case entity.RefusedNotAttached:
+		reason = callpb.Refusal_REASON_NOT_ATTACHED
+	case entity.RefusedShardMoving:
+		reason = callpb.Refusal_REASON_SHARD_MOVING
+	}
+	return &callpb.Refusal{Reason: reason, HeldEpoch: r.Epoch}
+}
+
+// reasonLabel is a refusal's reason as a metric label.
+func reasonLabel(r callpb.Refusal_Reason) string {
+	switch r {
+	case callpb.Refusal_REASON_NOT_OWNER:
+		return string(entity.RefusedNotOwner)
+	case callpb.Refusal_REASON_NOT_ATTACHED:
+		return string(entity.RefusedNotAttached)
+	case callpb.Refusal_REASON_SHARD_MOVING:
+		return string(entity.RefusedShardMoving)
+	}
+	return "refused"
+}

@@ -1,0 +1,155 @@
+package messaging
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/callpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
+)
+
+// pool keeps one grpc.ClientConn per call address: HTTP/2 multiplexes
+// every concurrent call to a runner over it. Connections are made on first
+// use and closed once unused for idle (checked on the way in, every idle/2:
+// no goroutine of its own), or on close.
+type pool struct {
+	tls   *tls.Config
+	limit int
+	idle  time.Duration
+
+	mu        sync.RWMutex
+	conns     map[string]*poolConn
+	lastSweep time.Time
+	closed    bool
+}
+
+type poolConn struct {
+	cc       *grpc.ClientConn
+	client   callpb.EntityServiceClient
+	lastUsed atomic.Int64 // unix nanoseconds
+}
+
+func newPool(tlsConf *tls.Config, limit int, idle time.Duration) *pool {
+	return &pool{tls: tlsConf, limit: limit, idle: idle, conns: map[string]*poolConn{}, lastSweep: time.Now()}
+}
+
+// get returns the connection to addr, making it if needed. Making one does
+// not dial: grpc connects on the first call, and that call's outcome says
+// whether the request was sent.
+func (p *pool) get(addr string) (callpb.EntityServiceClient, error) {
+	now := time.Now()
+	p.mu.RLock()
+	pc, ok := p.conns[addr]
+	sweep := now.Sub(p.lastSweep) > p.idle/2
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if ok && !sweep {
+		pc.lastUsed.Store(now.UnixNano())
+		return pc.client, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if sweep {
+		p.sweepLocked(now)
+	}
+	if pc, ok := p.conns[addr]; ok {
+		pc.lastUsed.Store(now.UnixNano())
+		return pc.client, nil
+	}
+	creds := insecure.NewCredentials()
+	if p.tls != nil {
+		creds = credentials.NewTLS(p.tls)
+	}
+	// passthrough: a call address is host:port from a runner record, not a
+	// name to resolve through grpc's DNS resolver and its re-resolution.
+	cc, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithStatsHandler(sentTracker{}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.limit), grpc.MaxCallSendMsgSize(p.limit)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("messaging: connection to call address %q: %w", addr, err)
+	}
+	pc = &poolConn{cc: cc, client: callpb.NewEntityServiceClient(cc)}
+	pc.lastUsed.Store(now.UnixNano())
+	p.conns[addr] = pc
+	return pc.client, nil
+}
+
+// sweepLocked closes connections unused for p.idle. A call that took one
+// just before may still be using it; it then fails before sending (the
+// connection is closing) and is retried, or fails unknown if it had sent:
+// both honest outcomes, and rare since the connection was idle.
+func (p *pool) sweepLocked(now time.Time) {
+	p.lastSweep = now
+	for addr, pc := range p.conns {
+		if now.Sub(time.Unix(0, pc.lastUsed.Load())) > p.idle {
+			pc.cc.Close()
+			delete(p.conns, addr)
+		}
+	}
+}
+
+// size returns the number of open connections.
+func (p *pool) size() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.conns)
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for addr, pc := range p.conns {
+		pc.cc.Close()
+		delete(p.conns, addr)
+	}
+}
+
+// sentKey marks a call's context with the flag sentTracker sets.
+type sentKey struct{}
+
+// sentTracker records, per call, whether grpc handed the request's headers
+// to a connection: the line between "provably not sent" and "may have
+// reached the owner".
+//
+// grpc-go (internal/transport, http2Client.NewStream) emits stats.OutHeader
+// only once the stream's HEADERS frame is queued on a live connection's
+// writer. Every failure before that point — no connection ready under
+// WaitForReady(false) (dial refused, TLS failure, transient failure), the
+// picker failing, the connection closing or draining before the stream
+// was queued — returns without it, and the request's bytes never left this
+// process. After it, a frame may be on the wire, so the server may run the
+// call even when the RPC then fails with Unavailable: grpc's own status
+// codes cannot tell those apart, so the flag, not the code, decides. A
+// transparent retry by grpc (a stream the server provably did not process)
+// can only make the flag set where it was not needed: conservative.
+type sentTracker struct{}
+
+func (sentTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (sentTracker) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if _, ok := s.(*stats.OutHeader); ok {
+		if f, ok := ctx.Value(sentKey{}).(*atomic.Bool); ok {
+			f.Store(true)
+		}
+	}
+}
+
+func (sentTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (sentTracker) HandleConn(context.Context, stats.ConnStats) {}

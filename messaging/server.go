@@ -1,0 +1,153 @@
+package messaging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/callpb"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Deliverer runs one message on the host that should own its entity;
+// entity.Host implements it. A *entity.RefusedError means the handler did
+// not start.
+type Deliverer interface {
+	Deliver(ctx context.Context, d entity.Delivery) ([]byte, error)
+}
+
+// Server serves EntityService on a runner's call address: it computes each
+// request's shard, hands it to its Deliverer, and answers with the reply, a
+// refusal or a failure. Any answer is a decision; it never reports a host's
+// outcome as an RPC error, so a caller can tell "decided" from "unknown".
+type Server struct {
+	callpb.UnimplementedEntityServiceServer
+
+	d       Deliverer
+	cfg     Config
+	opts    options
+	grpc    *grpc.Server
+	metrics *serverMetrics
+	tracer  trace.Tracer
+}
+
+// NewServer returns a Server delivering to d. Options: WithTable, WithTLS,
+// WithLogger, WithRegisterer, WithTracerProvider.
+func NewServer(d Deliverer, cfg Config, opts ...Option) (*Server, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil Deliverer", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{d: d, cfg: cfg, opts: newOptions(opts)}
+	s.metrics = newServerMetrics(s.opts.registry)
+	s.tracer = s.opts.tracer.Tracer(tracerName)
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.wireLimit()), grpc.MaxSendMsgSize(cfg.wireLimit())}
+	if s.opts.tls != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.opts.tls)))
+	}
+	s.grpc = grpc.NewServer(gopts...)
+	callpb.RegisterEntityServiceServer(s.grpc, s)
+	return s, nil
+}
+
+// Serve accepts connections on lis until Stop; it returns nil after Stop.
+func (s *Server) Serve(lis net.Listener) error {
+	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("messaging: serving on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// Stop stops accepting calls and waits for the running ones until ctx ends
+// (or Config.StopTimeout when ctx has no deadline), then closes every
+// connection: callers of calls still running then get ErrOutcomeUnknown.
+func (s *Server) Stop(ctx context.Context) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.StopTimeout)
+		defer cancel()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.grpc.GracefulStop()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// Call implements EntityService.
+func (s *Server) Call(ctx context.Context, req *callpb.CallRequest) (*callpb.CallReply, error) {
+	if len(req.Trace) > 0 {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(req.Trace))
+	}
+	ctx, span := s.tracer.Start(ctx, "tenure.call.serve", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	reply := s.call(ctx, req, span)
+	switch o := reply.Outcome.(type) {
+	case *callpb.CallReply_Refusal:
+		s.metrics.requests.WithLabelValues(serverRefused).Inc()
+		span.SetAttributes(attribute.String("tenure.outcome", reasonLabel(o.Refusal.Reason)))
+	case *callpb.CallReply_Failure:
+		s.metrics.requests.WithLabelValues(serverFailed).Inc()
+		span.SetStatus(codes.Error, o.Failure.Message)
+	default:
+		s.metrics.requests.WithLabelValues(serverDelivered).Inc()
+	}
+	return reply, nil
+}
+
+func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.Span) *callpb.CallReply {
+	group := req.Group
+	if group == "" {
+		group = s.cfg.Group
+	}
+	if f := checkNames(req.Type, req.Id, group); f != nil {
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: f}}
+	}
+	if len(req.Payload) > s.cfg.MaxMessageBytes {
+		err := &TooLargeError{What: "request", Size: len(req.Payload), Limit: s.cfg.MaxMessageBytes}
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(req.Type, err)}}
+	}
+	shard := task.ShardOf(group, s.cfg.Shards, req.Type, req.Id, "")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("tenure.entity.type", req.Type), attribute.String("tenure.entity.id", req.Id),
+			attribute.String("tenure.shard", shard.String()), attribute.Int64("tenure.epoch", req.Epoch))
+	}
+	out, err := s.d.Deliver(ctx, entity.Delivery{
+		Message: entity.Message{Type: req.Type, ID: req.Id, Body: req.Payload, OneWay: req.OneWay},
+		Shard:   shard,
+		Epoch:   req.Epoch,
+	})
+	var refused *entity.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		r := refusalOf(refused)
+		if s.opts.table != nil {
+			if o, ok := s.opts.table.Owner(shard); ok {
+				r.OwnerRunnerId, r.OwnerAddress, r.OwnerEpoch = o.RunnerID, o.Addr, o.Epoch
+			}
+		}
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Refusal{Refusal: r}}
+	case err != nil:
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(req.Type, err)}}
+	case len(out) > s.cfg.MaxMessageBytes:
+		err := &TooLargeError{What: "reply", Size: len(out), Limit: s.cfg.MaxMessageBytes}
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(req.Type, err)}}
+	}
+	return &callpb.CallReply{Outcome: &callpb.CallReply_Payload{Payload: out}}
+}
