@@ -176,13 +176,6 @@ func TestNoOwnerWaitsForOne(t *testing.T) {
 	if b.count.Load() != 1 {
 		t.Fatalf("b: %d deliveries, want 1", b.count.Load())
 	}
-
-	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
-	defer cancel()
-	_, err := c.Call(ctx, "echo", "other-shard-group", nil)
-	if err != nil {
-		t.Fatalf("Call with an owner: %v", err)
-	}
 }
 
 func TestNoOwnerTimesOut(t *testing.T) {

@@ -163,4 +163,3 @@ func counter(t testing.TB, reg *prometheus.Registry, name string, labels map[str
 	}
 	return sum
 }
-
