@@ -31,7 +31,7 @@ var (
 	// ErrNoOwner is matched by the error of a call that ended (its
 	// deadline) while no runner held the entity's shard, or while the
 	// holder could not be reached: the request was never sent.
-	ErrNoOwner = errors.New("messaging: no owner for the shard")
+	ErrNoOwner = errors.New("messaging: no reachable owner for the shard")
 	// ErrClosed is returned by a Client after Close.
 	ErrClosed = errors.New("messaging: client closed")
 )
