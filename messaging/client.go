@@ -117,12 +117,7 @@ func (c *Client) do(ctx context.Context, kind, typ, id string, body []byte) ([]b
 		reply, err = c.run(ctx, cl)
 		c.endSpan(span, cl, err)
 	}
-	path := pathRemote
-	if cl.local {
-		path = pathLocal
-	}
-	c.metrics.calls.WithLabelValues(kind, outcomeOf(err)).Inc()
-	c.metrics.duration.WithLabelValues(path).Observe(time.Since(start).Seconds())
+	c.metrics.observe(kind, outcomeOf(err), cl.local, time.Since(start).Seconds())
 	return reply, err
 }
 

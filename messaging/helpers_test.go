@@ -69,10 +69,7 @@ func serve(t testing.TB, d messaging.Deliverer, opts ...messaging.Option) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := listen(t)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
 	t.Cleanup(func() {
@@ -86,13 +83,20 @@ func serve(t testing.TB, d messaging.Deliverer, opts ...messaging.Option) string
 	return lis.Addr().String()
 }
 
-// deadAddr returns a loopback address that refuses connections.
-func deadAddr(t testing.TB) string {
+// listen returns a listener on a free loopback port.
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lis
+}
+
+// deadAddr returns a loopback address that refuses connections.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	lis := listen(t)
 	addr := lis.Addr().String()
 	lis.Close()
 	return addr

@@ -26,6 +26,27 @@ type clientMetrics struct {
 	calls    *prometheus.CounterVec
 	reroutes *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// The hot path's children, resolved once: a label lookup hashes the
+	// values on every call.
+	callOK, sendOK prometheus.Counter
+	local, remote  prometheus.Observer
+}
+
+// observe counts one finished call.
+func (m *clientMetrics) observe(kind, outcome string, local bool, seconds float64) {
+	switch {
+	case outcome == outcomeOK && kind == kindCall:
+		m.callOK.Inc()
+	case outcome == outcomeOK && kind == kindSend:
+		m.sendOK.Inc()
+	default:
+		m.calls.WithLabelValues(kind, outcome).Inc()
+	}
+	if local {
+		m.local.Observe(seconds)
+	} else {
+		m.remote.Observe(seconds)
+	}
 }
 
 func newClientMetrics(r prometheus.Registerer) *clientMetrics {
@@ -49,6 +70,8 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 	m.calls = register(r, m.calls)
 	m.reroutes = register(r, m.reroutes)
 	m.duration = register(r, m.duration)
+	m.callOK, m.sendOK = m.calls.WithLabelValues(kindCall, outcomeOK), m.calls.WithLabelValues(kindSend, outcomeOK)
+	m.local, m.remote = m.duration.WithLabelValues(pathLocal), m.duration.WithLabelValues(pathRemote)
 	return m
 }
 
