@@ -86,20 +86,12 @@ func TestRefusalReroutesAfterTableChange(t *testing.T) {
 	v.lock("a", 5)
 	c, reg := v.client(t)
 
-	type res struct {
-		reply []byte
-		err   error
-	}
-	done := make(chan res, 1)
-	go func() {
-		r, err := c.Call(ctxT(t), "echo", "e1", []byte("hi"))
-		done <- res{r, err}
-	}()
+	done := goCall(ctxT(t), c, "e1")
 	<-refused
 	v.lock("b", 9)
 	r := <-done
-	if r.err != nil || string(r.reply) != "b:hi" {
-		t.Fatalf("Call: %q, %v; want b's reply", r.reply, r.err)
+	if r.err != nil || string(r.body) != "b:hi" {
+		t.Fatalf("Call: %q, %v; want b's reply", r.body, r.err)
 	}
 	if b.count.Load() != 1 || b.lastDelivery().Epoch != 9 {
 		t.Fatalf("b: %d deliveries, last at epoch %d; want 1 at 9", b.count.Load(), b.lastDelivery().Epoch)
@@ -161,17 +153,13 @@ func TestNoOwnerWaitsForOne(t *testing.T) {
 	v.runner("b", serve(t, b))
 	c, reg := v.client(t)
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctxT(t), "echo", "e1", nil)
-		done <- err
-	}()
+	done := goCall(ctxT(t), c, "e1")
 	testenv.WaitFor(t, "the call to wait for an owner", 10*time.Second, func() bool {
 		return counter(t, reg, "tenure_call_reroutes_total", map[string]string{"reason": "no-owner"}) == 1
 	})
 	v.lock("b", 4)
-	if err := <-done; err != nil {
-		t.Fatalf("Call: %v", err)
+	if r := <-done; r.err != nil {
+		t.Fatalf("Call: %v", r.err)
 	}
 	if b.count.Load() != 1 {
 		t.Fatalf("b: %d deliveries, want 1", b.count.Load())
@@ -202,17 +190,13 @@ func TestNotSentIsRetried(t *testing.T) {
 	v.lock("dead", 5)
 	c, reg := v.client(t)
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctxT(t), "echo", "e1", nil)
-		done <- err
-	}()
+	done := goCall(ctxT(t), c, "e1")
 	testenv.WaitFor(t, "an attempt that was not sent", 10*time.Second, func() bool {
 		return counter(t, reg, "tenure_call_reroutes_total", map[string]string{"reason": "not-sent"}) >= 1
 	})
 	v.lock("b", 6)
-	if err := <-done; err != nil {
-		t.Fatalf("Call: %v", err)
+	if r := <-done; r.err != nil {
+		t.Fatalf("Call: %v", r.err)
 	}
 	if b.count.Load() != 1 {
 		t.Fatalf("b: %d deliveries, want 1", b.count.Load())
@@ -233,14 +217,10 @@ func TestOutcomeUnknownIsNotRetried(t *testing.T) {
 	v.lock("b", 5)
 	c, reg := v.client(t)
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctxT(t), "echo", "e1", nil)
-		done <- err
-	}()
+	done := goCall(ctxT(t), c, "e1")
 	<-entered
 	proxy.SetMode(testenv.Reset)
-	err := <-done
+	err := (<-done).err
 	if !errors.Is(err, messaging.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Call: %v; want ErrOutcomeUnknown", err)
 	}
@@ -285,17 +265,13 @@ func TestDeadlineAndCancelTravel(t *testing.T) {
 	}
 
 	ctx, cancel = context.WithCancel(ctxT(t))
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctx, "echo", "cancel", nil)
-		done <- err
-	}()
+	done := goCall(ctx, c, "cancel")
 	<-entered
 	cancel()
 	if err := <-cancelled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("handler's context ended with %v, want Canceled", err)
 	}
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := (<-done).err; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Call: %v, want Canceled", err)
 	}
 }

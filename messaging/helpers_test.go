@@ -83,6 +83,22 @@ func serve(t testing.TB, d messaging.Deliverer, opts ...messaging.Option) string
 	return lis.Addr().String()
 }
 
+// reply is the outcome of a Call made in the background.
+type reply struct {
+	body []byte
+	err  error
+}
+
+// goCall calls (echo, id) through c in the background with ctx.
+func goCall(ctx context.Context, c *messaging.Client, id string) <-chan reply {
+	done := make(chan reply, 1)
+	go func() {
+		body, err := c.Call(ctx, "echo", id, []byte("hi"))
+		done <- reply{body, err}
+	}()
+	return done
+}
+
 // listen returns a listener on a free loopback port.
 func listen(t testing.TB) net.Listener {
 	t.Helper()

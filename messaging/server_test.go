@@ -83,11 +83,7 @@ func TestServerStopIsBounded(t *testing.T) {
 	v.runner("b", lis.Addr().String())
 	v.lock("b", 5)
 	c, _ := v.client(t)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctxT(t), "echo", "e1", nil)
-		done <- err
-	}()
+	done := goCall(ctxT(t), c, "e1")
 	<-entered
 	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
 	defer cancel()
@@ -99,7 +95,7 @@ func TestServerStopIsBounded(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
-	if err := <-done; !errors.Is(err, messaging.ErrOutcomeUnknown) {
+	if err := (<-done).err; !errors.Is(err, messaging.ErrOutcomeUnknown) {
 		t.Fatalf("Call cut by Stop: %v, want ErrOutcomeUnknown", err)
 	}
 }
