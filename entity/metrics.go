@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Messages delivered to this runner's entities, by kind (call, send) and outcome (ok, error, panic, refused, cancelled)."},
 		[]string{"kind", "outcome"})
 	msgDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "entity", Name: "message_duration_seconds",
-		Help: "Handler run time of one message (call or send), from its turn to its reply.",
+		Help:    "Handler run time of one message (call or send), from its turn to its reply.",
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)}, []string{"kind"})
 	m.msgs, m.msgDur = map[string]map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, kind := range []string{kindCall, kindSend} {
