@@ -140,29 +140,31 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 }
 
 // admitSend admits a send under the gate and runs it in the background.
+// It takes its place in the mailbox before returning, so that one
+// sender's sends (and its next call) run in the order sent.
 func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error {
 	c := &call{msg: m, caller: e.h.caller, dec: dctx}
-	e.mu.Lock()
-	if err := e.gateLocked(dctx); err != nil {
-		e.mu.Unlock()
-		e.h.metrics.messages(kindSend, msgRefused).Inc()
-		return err
-	}
-	e.workers.Add(1)
-	e.mu.Unlock()
 	// The send's context starts now, independent of the caller's, which
 	// ends when Deliver returns.
 	ctx, stop := context.WithTimeout(context.Background(), e.h.cfg.SendTimeout)
 	c.Context, c.cancel = context.WithCancelCause(ctx)
+	e.mu.Lock()
+	if err := e.gateLocked(dctx); err != nil {
+		e.mu.Unlock()
+		c.cancel(nil)
+		stop()
+		e.h.metrics.messages(kindSend, msgRefused).Inc()
+		return err
+	}
+	e.workers.Add(1)
+	turn := e.takeTurnLocked(c, key)
+	e.mu.Unlock()
 	go func() {
 		defer e.workers.Done()
 		defer stop()
 		defer c.cancel(nil)
-		e.mu.Lock()
-		err := e.gateLocked(dctx)
-		turn := err == nil && e.takeTurnLocked(c, key)
-		e.mu.Unlock()
-		if err == nil && !turn {
+		var err error
+		if !turn {
 			err = e.waitTurn(c)
 		}
 		if err == nil {
