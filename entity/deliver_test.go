@@ -392,3 +392,180 @@ func TestDeliverRefusals(t *testing.T) {
 		t.Fatalf("refusals counted: %v, want 4", n)
 	}
 }
+
+// TestDeliverHandoff: in a planned release the running call finishes and
+// ShardReleasing returns only after it, while the queued and the new calls
+// are refused as shard-moving; the releasing runner's route goes once the
+// release is over.
+func TestDeliverHandoff(t *testing.T) {
+	e := newEnv(t, 2)
+	s := &probeStats{}
+	k := newBlocker()
+	s.hook = k.hook
+	b := e.bareHost(registerProbe(t, s))
+	ctx := ctxFor(t, 30*time.Second)
+	d := b.delivery("probe", "h1", `"block"`)
+	o := b.own(d.Shard, 9)
+
+	var finished atomic.Bool
+	running := make(chan result, 1)
+	go func() {
+		r, err := b.Deliver(ctx, d)
+		finished.Store(true)
+		running <- result{string(r), err}
+	}()
+	<-k.entered
+	queued := b.callAsync(ctx, "probe", "h1", `2`)
+	testenv.WaitFor(t, "a queued call", 10*time.Second, func() bool { return b.waiting("probe", "h1") == 1 })
+
+	o.end(sharding.LossReleased)
+	refusedAs(t, (<-queued).err, RefusedShardMoving, 9)
+	_, err := b.call(ctx, "probe", "h1", `3`)
+	refusedAs(t, err, RefusedShardMoving, 9)
+	other := "other"
+	for i := 0; task.ShardOf(storage.DefaultGroup, e.Meta.Shards, "probe", other, "") != d.Shard; i++ {
+		other = fmt.Sprintf("other-%d", i)
+	}
+	_, err = b.call(ctx, "probe", other, `3`)
+	refusedAs(t, err, RefusedShardMoving, 9)
+
+	released := make(chan bool, 1)
+	go func() {
+		b.ShardReleasing(ctxFor(t, 20*time.Second), o.Ownership)
+		released <- finished.Load()
+	}()
+	close(k.release)
+	if cause := <-k.ended; cause != nil {
+		t.Fatalf("the running call was cancelled by the release: %v", cause)
+	}
+	if r := <-running; r.err != nil || r.reply != `"released"` {
+		t.Fatalf("running call: %q, %v", r.reply, r.err)
+	}
+	if !<-released {
+		t.Fatal("ShardReleasing returned before the running call had")
+	}
+	if b.route(d.Shard) != nil {
+		t.Fatal("the route stays after the release")
+	}
+	_, err = b.call(ctx, "probe", "h1", `4`)
+	refusedAs(t, err, RefusedNotOwner, 0)
+}
+
+// TestDeliverLockLoss: a lost lock cancels the running call with the loss
+// and refuses the queued one as not-owner.
+func TestDeliverLockLoss(t *testing.T) {
+	e := newEnv(t, 2)
+	s := &probeStats{}
+	k := newBlocker()
+	s.hook = k.hook
+	b := e.bareHost(registerProbe(t, s))
+	ctx := ctxFor(t, 30*time.Second)
+	d := b.delivery("probe", "l1", `"block"`)
+	o := b.own(d.Shard, 11)
+	running := b.callAsync(ctx, "probe", "l1", `"block"`)
+	<-k.entered
+	queued := b.callAsync(ctx, "probe", "l1", `2`)
+	testenv.WaitFor(t, "a queued call", 10*time.Second, func() bool { return b.waiting("probe", "l1") == 1 })
+	o.end(sharding.LossLockLost)
+	if cause := <-k.ended; !errors.Is(cause, sharding.ErrShardLost) {
+		t.Fatalf("running call ended with %v, want the loss", cause)
+	}
+	if r := <-running; !errors.Is(r.err, sharding.ErrShardLost) {
+		t.Fatalf("running call returned %v", r.err)
+	}
+	refusedAs(t, (<-queued).err, RefusedNotOwner, 0)
+	b.ShardLost(o.Ownership, sharding.LossLockLost)
+	_, err := b.call(ctx, "probe", "l1", `3`)
+	refusedAs(t, err, RefusedNotOwner, 0)
+}
+
+// TestDeliverBadInput: a panic is an error reply and the next call gets a
+// fresh instance; an expired deadline does not run the handler; a caller
+// cancelling mid-call cancels the handler; an unknown type and a non-JSON
+// body for a task handler are errors, without running; a send returns
+// before its handler runs, which runs once.
+func TestDeliverBadInput(t *testing.T) {
+	e := newEnv(t, 2)
+	s := &probeStats{}
+	k := newBlocker()
+	sendGate := make(chan struct{})
+	s.hook = func(ctx context.Context, m *Message) ([]byte, error) {
+		switch string(m.Body) {
+		case `"panic"`:
+			panic("probe panics on purpose")
+		case `"send"`:
+			<-sendGate
+		}
+		return k.hook(ctx, m)
+	}
+	var sumRuns atomic.Int32
+	b := e.bareHost(func(h *Host) {
+		registerProbe(t, s)(h)
+		if err := h.RegisterFunc("sum", Func(func(_ context.Context, in sumIn) (int, error) {
+			sumRuns.Add(1)
+			return in.A + in.B, nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+	})
+	b.ownAll()
+	ctx := ctxFor(t, 30*time.Second)
+
+	_, err := b.call(ctx, "probe", "b1", `"panic"`)
+	var p *PanicError
+	if !errors.As(err, &p) {
+		t.Fatalf("panicking call: %v, want a *PanicError", err)
+	}
+	if got, err := b.call(ctx, "probe", "b1", `1`); err != nil || got != `1` {
+		t.Fatalf("call after the panic: %q, %v", got, err)
+	}
+	if n := s.starts.Load(); n != 2 {
+		t.Fatalf("%d instances started, want 2 (the panicking one discarded)", n)
+	}
+
+	runs := s.runs.Load()
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := b.call(expired, "probe", "b1", `2`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("expired call: %v", err)
+	}
+	if s.runs.Load() != runs {
+		t.Fatal("the handler ran for an expired call")
+	}
+
+	cctx, ccancel := context.WithCancelCause(ctx)
+	mid := b.callAsync(cctx, "probe", "b1", `"block"`)
+	<-k.entered
+	gone := errors.New("caller gone")
+	ccancel(gone)
+	if cause := <-k.ended; !errors.Is(cause, gone) {
+		t.Fatalf("handler ended with %v, want the caller's cancellation", cause)
+	}
+	if r := <-mid; !errors.Is(r.err, gone) {
+		t.Fatalf("cancelled call returned %v", r.err)
+	}
+
+	if _, err := b.call(ctx, "nosuch", "x", `1`); !errors.Is(err, ErrNoHandler) || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Fatalf("unknown type: %v", err)
+	}
+	if _, err := b.call(ctx, "sum", "x", `not json`); !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "sum/x") {
+		t.Fatalf("non-JSON body: %v", err)
+	}
+	if sumRuns.Load() != 0 {
+		t.Fatal("the handler ran for a non-JSON body")
+	}
+
+	runs = s.runs.Load()
+	d := b.delivery("probe", "b2", `"send"`)
+	d.OneWay = true
+	if reply, err := b.Deliver(ctx, d); err != nil || reply != nil {
+		t.Fatalf("send: %q, %v", reply, err)
+	}
+	close(sendGate) // the handler cannot have returned before
+	testenv.WaitFor(t, "the send handled", 10*time.Second, func() bool {
+		return testutil.ToFloat64(b.metrics.messages(kindSend, msgOK)) == 1
+	})
+	if n := s.runs.Load() - runs; n != 1 {
+		t.Fatalf("the send ran %d times", n)
+	}
+}
