@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -567,5 +568,120 @@ func TestDeliverBadInput(t *testing.T) {
 	})
 	if n := s.runs.Load() - runs; n != 1 {
 		t.Fatalf("the send ran %d times", n)
+	}
+}
+
+// echo answers a call with its body.
+type echo struct{}
+
+func (echo) Handle(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil }
+func (echo) Receive(_ context.Context, m *Message) ([]byte, error) { return m.Body, nil }
+
+// BenchmarkDeliver: local calls from 64 goroutines over 1,000 entities of
+// owned shards, round robin, through Host.Deliver (gate, turn, handler,
+// metrics).
+func BenchmarkDeliver(b *testing.B) {
+	e := newEnv(b, 16)
+	h := e.bareHost(func(h *Host) {
+		if err := h.Register("echo", func(string) (Entity, error) { return echo{}, nil }); err != nil {
+			b.Fatal(err)
+		}
+	})
+	h.ownAll()
+	const entities = 1000
+	ds := make([]Delivery, entities)
+	for i := range ds {
+		ds[i] = h.delivery("echo", fmt.Sprintf("e%d", i), `{"x":1}`)
+	}
+	ctx := context.Background()
+	for _, d := range ds { // make every instance resident
+		if _, err := h.Deliver(ctx, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(97))
+		for pb.Next() {
+			i++
+			if _, err := h.Deliver(ctx, ds[i%entities]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
+
+// TestDeliverDetached: a runner cut from etcd refuses calls once its
+// detachment decision detaches and cancels the running one, in enforce
+// mode (the shards are dropped too) and in observe mode (the shards and
+// their tasks carry on, messages do not: they have no S3 fence).
+func TestDeliverDetached(t *testing.T) {
+	for _, mode := range []detachment.Mode{detachment.ModeEnforce, detachment.ModeObserve} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, 2)
+			e.scfg.Detachment.Mode = mode
+			s := &probeStats{}
+			k := newBlocker()
+			s.hook = k.hook
+			n := e.start("r1", func(_ *node, h *Host) { registerProbe(t, s)(h) })
+			e.waitOwned(20 * time.Second)
+			ctx := ctxFor(t, 30*time.Second)
+			d := Delivery{Message: Message{Type: "probe", ID: "d1", Body: []byte(`"block"`)},
+				Shard: task.ShardOf(storage.DefaultGroup, e.Meta.Shards, "probe", "d1", "")}
+			var epoch int64
+			for _, o := range n.mgr.Owned() {
+				if o.Shard == d.Shard {
+					epoch = o.Epoch
+				}
+			}
+			d.Epoch = epoch
+			running := make(chan error, 1)
+			go func() {
+				_, err := n.host.Deliver(ctx, d)
+				running <- err
+			}()
+			<-k.entered
+			n.proxy.SetMode(testenv.Blackhole)
+			var cause error
+			select {
+			case cause = <-k.ended:
+			case <-ctx.Done():
+				t.Fatal("the running call was not cancelled")
+			}
+			var de *detachment.DetachedError
+			if !errors.As(cause, &de) && !errors.Is(cause, sharding.ErrShardLost) {
+				t.Fatalf("running call ended with %v, want the detachment", cause)
+			}
+			if err := <-running; err == nil {
+				t.Fatal("the running call succeeded")
+			}
+			d.Body = []byte(`1`)
+			_, err := n.host.Deliver(ctx, d)
+			var r *RefusedError
+			switch {
+			case !errors.As(err, &r):
+				t.Fatalf("call while detached: %v, want a refusal", err)
+			case mode == detachment.ModeObserve:
+				refusedAs(t, err, RefusedNotAttached, epoch)
+				if len(n.mgr.Owned()) == 0 {
+					t.Fatal("observe mode dropped the shards")
+				}
+			case r.Reason != RefusedNotAttached && r.Reason != RefusedNotOwner:
+				t.Fatalf("call while detached: %v", err)
+			}
+			n.proxy.SetMode(testenv.Pass)
+			e.waitOwned(20 * time.Second)
+			testenv.WaitFor(t, "calls served again", 20*time.Second, func() bool {
+				d.Epoch = 0
+				_, err := n.host.Deliver(ctx, d)
+				return err == nil
+			})
+		})
 	}
 }
