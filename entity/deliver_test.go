@@ -575,7 +575,7 @@ func TestDeliverBadInput(t *testing.T) {
 type echo struct{}
 
 func (echo) Handle(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil }
-func (echo) Receive(_ context.Context, m *Message) ([]byte, error) { return m.Body, nil }
+func (echo) Receive(_ context.Context, m *Message) ([]byte, error)       { return m.Body, nil }
 
 // BenchmarkDeliver: local calls from 64 goroutines over 1,000 entities of
 // owned shards, round robin, through Host.Deliver (gate, turn, handler,
