@@ -182,28 +182,15 @@ func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error
 // runTurn runs c, which holds its entity's turn, and hands the turn on.
 func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 	box := c.box
-	var ent Entity
 	if c.Err() != nil {
 		err = c.ctxErr() // ended while taking the turn
+	} else if ent, ierr := e.instanceFor(box, c.msg.Type, c.msg.ID); ierr != nil {
+		err = ierr
 	} else {
-		ent, err = e.instanceFor(box, c.msg.Type, c.msg.ID)
-		if err == nil {
-			reply, err = handleMessage(c, ent, e.own.Shard)
-		}
+		reply, err = handleMessage(c, ent, e.own.Shard)
 	}
 	e.h.metrics.messageDuration(kind).Observe(time.Since(c.started).Seconds())
-	var p *PanicError
-	panicked := errors.As(err, &p)
-	if panicked {
-		e.discard(box)
-	} else if ent != nil {
-		e.mu.Lock()
-		in := box.inst
-		e.mu.Unlock()
-		if in != nil {
-			e.h.resident.touch(in)
-		}
-	}
+	panicked := e.afterTurn(box, err)
 	e.mu.Lock()
 	e.calls.remove(c)
 	e.endTurnLocked(box)

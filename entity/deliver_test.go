@@ -317,6 +317,16 @@ func (k *blocker) hook(ctx context.Context, m *Message) ([]byte, error) {
 	}
 }
 
+// blockingHost is a bare host of probes whose calls with body "block"
+// block (see blocker), on an env of 2 shards.
+func blockingHost(t *testing.T) (*bareHost, *blocker) {
+	e := newEnv(t, 2)
+	s := &probeStats{}
+	k := newBlocker()
+	s.hook = k.hook
+	return e.bareHost(registerProbe(t, s)), k
+}
+
 // waiting reports how many messages wait for the turn of (typ, id).
 func (b *bareHost) waiting(typ, id string) int {
 	e := b.route(task.ShardOf(storage.DefaultGroup, b.e.Meta.Shards, typ, id, ""))
@@ -356,11 +366,7 @@ func refusedAs(t *testing.T, err error, reason RefusalReason, epoch int64) {
 // TestDeliverRefusals: a shard not held, another epoch than held and a
 // detached decision are refused, and a detachment cancels a running call.
 func TestDeliverRefusals(t *testing.T) {
-	e := newEnv(t, 2)
-	s := &probeStats{}
-	k := newBlocker()
-	s.hook = k.hook
-	b := e.bareHost(registerProbe(t, s))
+	b, k := blockingHost(t)
 	ctx := ctxFor(t, 30*time.Second)
 
 	d := b.delivery("probe", "r1", `1`)
@@ -399,11 +405,7 @@ func TestDeliverRefusals(t *testing.T) {
 // are refused as shard-moving; the releasing runner's route goes once the
 // release is over.
 func TestDeliverHandoff(t *testing.T) {
-	e := newEnv(t, 2)
-	s := &probeStats{}
-	k := newBlocker()
-	s.hook = k.hook
-	b := e.bareHost(registerProbe(t, s))
+	b, k := blockingHost(t)
 	ctx := ctxFor(t, 30*time.Second)
 	d := b.delivery("probe", "h1", `"block"`)
 	o := b.own(d.Shard, 9)
@@ -424,7 +426,7 @@ func TestDeliverHandoff(t *testing.T) {
 	_, err := b.call(ctx, "probe", "h1", `3`)
 	refusedAs(t, err, RefusedShardMoving, 9)
 	other := "other"
-	for i := 0; task.ShardOf(storage.DefaultGroup, e.Meta.Shards, "probe", other, "") != d.Shard; i++ {
+	for i := 0; task.ShardOf(storage.DefaultGroup, b.e.Meta.Shards, "probe", other, "") != d.Shard; i++ {
 		other = fmt.Sprintf("other-%d", i)
 	}
 	_, err = b.call(ctx, "probe", other, `3`)
@@ -455,11 +457,7 @@ func TestDeliverHandoff(t *testing.T) {
 // TestDeliverLockLoss: a lost lock cancels the running call with the loss
 // and refuses the queued one as not-owner.
 func TestDeliverLockLoss(t *testing.T) {
-	e := newEnv(t, 2)
-	s := &probeStats{}
-	k := newBlocker()
-	s.hook = k.hook
-	b := e.bareHost(registerProbe(t, s))
+	b, k := blockingHost(t)
 	ctx := ctxFor(t, 30*time.Second)
 	d := b.delivery("probe", "l1", `"block"`)
 	o := b.own(d.Shard, 11)

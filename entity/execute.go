@@ -161,17 +161,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	e.mu.Lock()
 	delete(e.inflight, t.ID)
 	e.mu.Unlock()
-	var p *PanicError
-	if errors.As(herr, &p) {
-		e.discard(box)
-	} else if box != nil {
-		e.mu.Lock()
-		in := box.inst
-		e.mu.Unlock()
-		if in != nil {
-			e.h.resident.touch(in)
-		}
-	}
+	e.afterTurn(box, herr)
 	if herr != nil {
 		span.RecordError(herr)
 		span.SetStatus(codes.Error, herr.Error())
@@ -307,6 +297,26 @@ func (e *shardExec) instanceFor(box *mailbox, typ, id string) (Entity, error) {
 	e.mu.Unlock()
 	e.h.resident.add(e.h, in)
 	return ent, nil
+}
+
+// afterTurn is the end of a handler's turn for its mailbox's instance: a
+// panic (err) discards it, anything else marks it used. It reports whether
+// the handler panicked.
+func (e *shardExec) afterTurn(box *mailbox, err error) (panicked bool) {
+	var p *PanicError
+	if errors.As(err, &p) {
+		e.discard(box)
+		return true
+	}
+	if box != nil {
+		e.mu.Lock()
+		in := box.inst
+		e.mu.Unlock()
+		if in != nil {
+			e.h.resident.touch(in)
+		}
+	}
+	return false
 }
 
 // discard stops the resident instance of a mailbox whose turn its caller
