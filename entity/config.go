@@ -79,6 +79,11 @@ type Config struct {
 	// at most 1h, so that a finished task outlives the retention by at most
 	// a twenty-fourth of it (an hour at the default). Default 0.
 	TaskSweepInterval time.Duration
+	// SendTimeout bounds the handler of a send (a one-way message): it runs
+	// after the sender has moved on, under a context of its own that ends
+	// after SendTimeout (or earlier, with the shard or the runner's
+	// attachment). Default 1m.
+	SendTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -95,6 +100,7 @@ func DefaultConfig() Config {
 		OrphanPointerAge:       5 * time.Minute,
 		OrphanWait:             10 * time.Second,
 		TaskRetention:          7 * 24 * time.Hour,
+		SendTimeout:            time.Minute,
 	}
 }
 
@@ -154,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.TaskSweepInterval != 0 && c.TaskSweepInterval < minSweepInterval {
 		bad("TaskSweepInterval", c.TaskSweepInterval, "must be 0 (derived from TaskRetention) or ≥ 1s")
+	}
+	if c.SendTimeout <= 0 {
+		bad("SendTimeout", c.SendTimeout, "must be > 0")
 	}
 	return errors.Join(errs...)
 }

@@ -134,6 +134,47 @@
 // VersityGW, the embedded server, implements no lifecycle rules to test
 // such a rule against.
 //
+// # Messages
+//
+// Host.Deliver runs a call (request → reply) or a send (one-way) addressed
+// to an entity (type, id), for the transport (package messaging) or a
+// local caller. What it guarantees:
+//
+//   - The gate of tasks: a message runs only on the executor of its shard
+//     while this runner holds the shard's lock under the epoch the caller
+//     routed on (any, if 0) and its detachment decision is attached. A
+//     refusal is a *RefusedError (not-owner with the epoch held, or 0;
+//     not-attached; shard-moving during a planned release) and means the
+//     handler did not run, so the caller may route the message again.
+//   - Turns with tasks: the entity's tasks and messages share its mailbox
+//     and its resident instance (OnStart on the first of either, idle
+//     passivation, LRU), and run one at a time: a message never overlaps a
+//     task or another message of its entity. A message finding the mailbox
+//     free runs at once on the caller's goroutine; otherwise it waits its
+//     turn, first come first served, with turns alternating between waiting
+//     messages and ready tasks so that neither starves. One sender's sends
+//     and calls run in the order sent.
+//   - Bound to the decision: messages have no S3 fence, so in every
+//     detachment mode (observe and off included) a detach cancels the
+//     running ones and refuses the others. A lost shard does the same. In
+//     a planned release the running ones finish, the waiting ones are
+//     refused as shard-moving, and ShardReleasing waits for the running
+//     ones (within its timeout, overruns counted as for tasks) before the
+//     lock goes.
+//   - At most once: a message is not stored. A call's handler runs under
+//     the caller's context (deadline and cancellation included); a call
+//     whose context has ended is not started. A send runs after Deliver
+//     returns, under its own context bounded by Config.SendTimeout; its
+//     failure is logged. Durable, retried delivery is the task path.
+//
+// An instance that implements Receiver gets messages in Receive; any other
+// gets them in Handle, as a task built from the message (id "call-…", one
+// attempt, the body as its input, which must then be JSON), and tells them
+// from tasks with CallFrom. A handler that panics returns a *PanicError and
+// its instance is discarded (StopFailed), for messages and tasks alike.
+// Messages are counted in tenure_entity_messages_total{kind,outcome} and
+// timed in tenure_entity_message_duration_seconds{kind}.
+//
 // # Failure
 //
 // A handler error fails the attempt; Permanent marks it final, otherwise the

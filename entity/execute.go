@@ -109,7 +109,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 		return
 	}
 	defer e.h.deactivate(key, a)
-	ent, err := e.instanceFor(box, t)
+	ent, err := e.instanceFor(box, t.Type, t.Entity)
 	if err != nil {
 		e.conclude(it, a, nil, err, nil)
 		return
@@ -117,6 +117,9 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	hctx, cancel := context.WithCancelCause(e.ctx)
 	defer cancel(nil)
 	a.cancel = cancel
+	if e.h.caller != nil {
+		hctx = ContextWithCaller(hctx, e.h.caller)
+	}
 	if t.Claim != nil && t.Claim.Enforced {
 		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
 		defer stop()
@@ -158,9 +161,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	e.mu.Lock()
 	delete(e.inflight, t.ID)
 	e.mu.Unlock()
-	if box != nil {
-		e.h.resident.touch(box.inst)
-	}
+	e.afterTurn(box, herr)
 	if herr != nil {
 		span.RecordError(herr)
 		span.SetStatus(codes.Error, herr.Error())
@@ -254,20 +255,22 @@ func localExpiry(readAt time.Time, now storage.ServerTime, lease time.Duration) 
 	return readAt.Add(lease - now.Latest().Sub(now.Earliest()))
 }
 
-// instanceFor returns the entity instance for t: the mailbox's resident one
-// (created on the first task), or a fresh one for an entity-less task.
-func (e *shardExec) instanceFor(box *mailbox, t *task.Task) (Entity, error) {
-	f, ok := e.h.reg.lookup(t.Type)
+// instanceFor returns the instance of entity (typ, id) for a task or a
+// message holding its mailbox's turn: the mailbox's resident one (created
+// on the first task or message), or a fresh one for an entity-less task
+// (nil box).
+func (e *shardExec) instanceFor(box *mailbox, typ, id string) (Entity, error) {
+	f, ok := e.h.reg.lookup(typ)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrNoHandler, t.Type)
+		return nil, fmt.Errorf("%w: %q", ErrNoHandler, typ)
 	}
 	if box == nil {
-		return newEntity(f, t.Entity)
+		return newEntity(f, id)
 	}
 	e.mu.Lock()
 	in := box.inst
 	e.mu.Unlock()
-	if in != nil && in.typ == t.Type && in.id == t.Entity {
+	if in != nil && in.typ == typ && in.id == id {
 		e.h.resident.touch(in)
 		return in.ent, nil
 	}
@@ -276,7 +279,7 @@ func (e *shardExec) instanceFor(box *mailbox, t *task.Task) (Entity, error) {
 		// resident one makes room.
 		e.passivateBusy(box, in)
 	}
-	ent, err := newEntity(f, t.Entity)
+	ent, err := newEntity(f, id)
 	if err != nil {
 		return nil, err
 	}
@@ -285,15 +288,53 @@ func (e *shardExec) instanceFor(box *mailbox, t *task.Task) (Entity, error) {
 		err := safeHook(func() error { return s.OnStart(ctx) })
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("entity %s/%s: OnStart: %w", t.Type, t.Entity, err)
+			return nil, fmt.Errorf("entity %s/%s: OnStart: %w", typ, id, err)
 		}
 	}
-	in = &instance{typ: t.Type, id: t.Entity, ent: ent, box: box, exec: e}
+	in = &instance{typ: typ, id: id, ent: ent, box: box, exec: e}
 	e.mu.Lock()
 	box.inst = in
 	e.mu.Unlock()
 	e.h.resident.add(e.h, in)
 	return ent, nil
+}
+
+// afterTurn is the end of a handler's turn for its mailbox's instance: a
+// panic (err) discards it, anything else marks it used. It reports whether
+// the handler panicked.
+func (e *shardExec) afterTurn(box *mailbox, err error) (panicked bool) {
+	var p *PanicError
+	if errors.As(err, &p) {
+		e.discard(box)
+		return true
+	}
+	if box != nil {
+		e.mu.Lock()
+		in := box.inst
+		e.mu.Unlock()
+		if in != nil {
+			e.h.resident.touch(in)
+		}
+	}
+	return false
+}
+
+// discard stops the resident instance of a mailbox whose turn its caller
+// holds (so the instance is the one that ran), after its handler
+// panicked: its state may be broken.
+func (e *shardExec) discard(box *mailbox) {
+	if box == nil {
+		return
+	}
+	e.mu.Lock()
+	in := box.inst
+	if in == nil {
+		e.mu.Unlock()
+		return
+	}
+	box.inst = nil
+	e.mu.Unlock()
+	e.h.stopInstance(context.Background(), in, StopFailed)
 }
 
 // passivateBusy stops the resident instance of a mailbox its worker holds.

@@ -30,6 +30,12 @@ type Host struct {
 	slots    chan struct{} // runner-wide handler slots
 	// sweepSlots bounds the shards sweeping for old finished tasks at once.
 	sweepSlots chan struct{}
+	caller     Caller // in handlers' contexts, for CallerFrom; nil: none
+	// routes maps a shard to the executor messages go to: the live
+	// ownership's, or a releasing one's until its release has finished
+	// (messages are refused as shard-moving meanwhile). Read lock-free on
+	// every message; written on acquisitions and ends.
+	routes sync.Map // storage.ShardID → *shardExec
 
 	mu      sync.Mutex
 	shards  map[storage.ShardID]*shardExec
@@ -105,6 +111,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		tracer:     o.tracer.Tracer("github.com/tenurehq/tenure/entity"),
 		slots:      make(chan struct{}, cfg.MaxConcurrentPerRunner),
 		sweepSlots: make(chan struct{}, sweepSlots),
+		caller:     o.caller,
 		shards:     map[storage.ShardID]*shardExec{},
 		waiting:    map[*shardExec]struct{}{},
 		active:     map[string]*attempt{},
@@ -138,6 +145,7 @@ func (h *Host) ShardAcquired(o sharding.Ownership) {
 	h.lease = o.LeaseID
 	e := newShardExec(h, o)
 	h.shards[o.Shard] = e
+	h.routes.Store(o.Shard, e)
 	h.execs[e] = struct{}{}
 	h.wg.Add(1)
 	go func() {
@@ -161,7 +169,11 @@ func (h *Host) ShardReleasing(ctx context.Context, o sharding.Ownership) {
 		return
 	}
 	e.decide(ctx, true)
-	e.waitStopped(ctx, string(sharding.LossReleased))
+	if !e.waitStopped(ctx, string(sharding.LossReleased)) {
+		// The lock goes now: messages still running must stop.
+		e.cancelCalls(context.Cause(ctx))
+	}
+	h.routes.CompareAndDelete(o.Shard, e)
 }
 
 // ShardLost abandons the shard: its handlers have been cancelled; their
@@ -174,6 +186,7 @@ func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
 		return
 	}
 	h.log.Debug("shard lost; abandoning its tasks to takeover", "shard", o.Shard.String(), "reason", reason)
+	h.routes.CompareAndDelete(o.Shard, e)
 	e.decide(nil, false)
 	h.wg.Add(1)
 	go func() {
@@ -199,6 +212,14 @@ func (h *Host) Quiesce(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// route returns the executor messages for shard go to, nil if none.
+func (h *Host) route(shard storage.ShardID) *shardExec {
+	if v, ok := h.routes.Load(shard); ok {
+		return v.(*shardExec)
+	}
+	return nil
 }
 
 // activate records that an attempt of task key is under way here; it
@@ -253,8 +274,9 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	h.closed = true
 	execs := make([]*shardExec, 0, len(h.shards))
-	for _, e := range h.shards {
+	for s, e := range h.shards {
 		execs = append(execs, e)
+		h.routes.CompareAndDelete(s, e)
 	}
 	clear(h.shards)
 	h.mu.Unlock()

@@ -33,7 +33,18 @@ type metrics struct {
 	stuck         prometheus.Counter     // handlers that ignored cancellation past the interrupt wait
 	purged        *prometheus.CounterVec // status: finished tasks deleted by the retention sweep
 	sweeps        prometheus.Counter     // retention sweep passes completed
+	// msgs holds the children of tenure_entity_messages_total, by kind
+	// then outcome, and msgDur those of the duration histogram, by kind:
+	// resolved once, since every message counts.
+	msgs   map[string]map[string]prometheus.Counter
+	msgDur map[string]prometheus.Observer
 }
+
+// messages is the counter of messages of kind (call, send) with outcome.
+func (m *metrics) messages(kind, outcome string) prometheus.Counter { return m.msgs[kind][outcome] }
+
+// messageDuration is the handler duration histogram of messages of kind.
+func (m *metrics) messageDuration(kind string) prometheus.Observer { return m.msgDur[kind] }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const ns = "tenure"
@@ -75,6 +86,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Finished tasks deleted by the retention sweep of the shards this runner owns (entity.task_retention), by status."}, []string{"status"})
 	m.sweeps = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "sweeps_total",
 		Help: "Retention sweep passes completed over owned shards."})
+	msgs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "entity", Name: "messages_total",
+		Help: "Messages delivered to this runner's entities, by kind (call, send) and outcome (ok, error, panic, refused, cancelled)."},
+		[]string{"kind", "outcome"})
+	msgDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "entity", Name: "message_duration_seconds",
+		Help:    "Handler run time of one message (call or send), from its turn to its reply.",
+		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)}, []string{"kind"})
+	m.msgs, m.msgDur = map[string]map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
+	for _, kind := range []string{kindCall, kindSend} {
+		m.msgs[kind] = map[string]prometheus.Counter{}
+		for _, outcome := range []string{msgOK, msgError, msgPanic, msgRefused, msgCancelled} {
+			m.msgs[kind][outcome] = msgs.WithLabelValues(kind, outcome)
+		}
+		m.msgDur[kind] = msgDur.WithLabelValues(kind)
+	}
+	reg.MustRegister(msgs, msgDur)
 	reg.MustRegister(m.tasks, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
 		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck,
 		m.purged, m.sweeps)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
@@ -21,8 +22,9 @@ import (
 //
 // Invariants (under mu): a task id is in known while it is queued, in a
 // mailbox or running, so a listing or wake-up never starts it twice; a
-// mailbox is in runnable or busy, never both; running counts the shard's
-// slots in use.
+// mailbox is in runnable (queued) or busy, never both; running counts the
+// shard's slots in use; once closing is set no message is admitted, so
+// workers (which counts admitted messages too) only goes down.
 type shardExec struct {
 	h   *Host
 	own sharding.Ownership
@@ -53,7 +55,18 @@ type shardExec struct {
 	// pointer found without its object looks again at once if its
 	// submission's wake-up came meanwhile (see orphan).
 	rewoken map[string]bool
+	// workers counts the task workers, the sweep and the admitted messages
+	// (calls and sends, from admission to the end of their turn).
 	workers sync.WaitGroup
+	// closing is set when the loop has ended, before it waits for workers:
+	// admission (under mu) refuses from then on (see turn.go).
+	closing bool
+	// calls lists the messages holding their entity's turn (running), for
+	// cancellation and the overrun report.
+	calls callList
+	// dec is the detachment decision context messages were last admitted
+	// under (see decision).
+	dec atomic.Pointer[decision]
 }
 
 // unit is what one worker runs: one entity-less task, or the head of a
@@ -69,20 +82,32 @@ type item struct {
 }
 
 // mailbox serialises one entity's tasks, ordered by task id (submission
-// order). A task put back for later (waiting for a claim to lapse, a retry,
-// a failed store call, an abandoned commit, its object) keeps its place:
-// held names it while it waits in the due heap, and the entity's later
-// tasks wait for it.
+// order), and its messages, in arrival order, one turn at a time. A task
+// put back for later (waiting for a claim to lapse, a retry, a failed store
+// call, an abandoned commit, its object) keeps its place: held names it
+// while it waits in the due heap, and the entity's later tasks wait for it
+// (messages do not: see turn.go).
+//
+// Invariants (under the executor's mu): busy while a task worker or a
+// message holds the turn; queued while the mailbox is in runnable (its head
+// task has the next turn and waits for a slot); never both; a message
+// waiting for the turn is in waiting until it is handed the turn (granted)
+// or leaves.
 type mailbox struct {
 	key     string
 	pending []*item
 	busy    bool
+	queued  bool
 	held    string // id of the head task waiting in the heap; "" if none
 	inst    *instance
+	waiting []*call // messages waiting for the turn, first come first
+	// lastMsg: the latest turn was a message's, so a waiting task goes
+	// before the next waiting message (neither starves the other).
+	lastMsg bool
 }
 
 func newShardExec(h *Host, o sharding.Ownership) *shardExec {
-	return &shardExec{
+	e := &shardExec{
 		h:        h,
 		own:      o,
 		ctx:      o.Ctx,
@@ -96,6 +121,9 @@ func newShardExec(h *Host, o sharding.Ownership) *shardExec {
 		orphans:  map[string]time.Time{},
 		rewoken:  map[string]bool{},
 	}
+	// A lost shard (not a planned release) cancels the running messages.
+	context.AfterFunc(o.Ctx, e.ownershipEnded)
+	return e
 }
 
 func (e *shardExec) kick() {
@@ -109,6 +137,9 @@ func (e *shardExec) kick() {
 func (e *shardExec) run() {
 	defer func() {
 		close(e.loopDone)
+		e.mu.Lock()
+		e.closing = true
+		e.mu.Unlock()
 		e.workers.Wait()
 		e.stopEntities()
 		close(e.stopped)
@@ -283,17 +314,16 @@ func (e *shardExec) dispatch() time.Duration {
 			box = &mailbox{key: it.ptr.EntityKey}
 			e.boxes[it.ptr.EntityKey] = box
 		}
-		wasEmpty := len(box.pending) == 0
 		released := box.held == it.ptr.ID
 		if released {
 			box.held = ""
 		}
 		i, _ := slices.BinarySearchFunc(box.pending, it, func(a, b *item) int { return compareIDs(a.ptr.ID, b.ptr.ID) })
 		box.pending = slices.Insert(box.pending, i, it)
-		// Not runnable yet: busy, or waiting for its held task. Already
-		// runnable: it had pending tasks and was neither.
-		if !box.busy && box.held == "" && (wasEmpty || released) {
-			e.runnable = append(e.runnable, unit{box: box})
+		// Not runnable yet: busy (a task or a message), or waiting for
+		// its held task. Already runnable: queued.
+		if !box.busy && !box.queued && box.held == "" {
+			e.queueLocked(box)
 		}
 	}
 	var start []unit
@@ -306,7 +336,8 @@ func (e *shardExec) dispatch() time.Duration {
 		if u.box != nil {
 			u.it = u.box.pending[0]
 			u.box.pending = u.box.pending[1:]
-			u.box.busy = true
+			u.box.queued, u.box.busy = false, true
+			u.box.lastMsg = false
 		}
 		e.running++
 		start = append(start, u)
@@ -345,15 +376,7 @@ func (e *shardExec) work(u unit) {
 	e.mu.Lock()
 	e.running--
 	if u.box != nil {
-		u.box.busy = false
-		switch {
-		case u.box.held != "":
-			// Its head task waits in the heap; dispatch resumes it.
-		case len(u.box.pending) > 0 && e.ctx.Err() == nil:
-			e.runnable = append(e.runnable, unit{box: u.box})
-		case len(u.box.pending) == 0 && u.box.inst == nil:
-			delete(e.boxes, u.box.key)
-		}
+		e.endTurnLocked(u.box)
 	}
 	e.mu.Unlock()
 	e.kick()
@@ -368,9 +391,7 @@ func (e *shardExec) passivate(in *instance, reason StopReason) {
 		return
 	}
 	box.inst = nil
-	if len(box.pending) == 0 && box.held == "" {
-		delete(e.boxes, box.key)
-	}
+	e.dropIfIdleLocked(box)
 	e.mu.Unlock()
 	e.h.stopInstance(context.Background(), in, reason)
 }

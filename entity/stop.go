@@ -62,6 +62,10 @@ func (e *shardExec) reportOverruns(why string) {
 		t, _ := a.current()
 		list = append(list, overrun{t.Ref(), t.Type, time.Since(a.started)})
 	}
+	for c := e.calls.head; c != nil; c = c.next {
+		ref := "message " + c.msg.Type + "/" + c.msg.ID
+		list = append(list, overrun{ref, c.msg.Type, time.Since(c.started)})
+	}
 	e.mu.Unlock()
 	// Named before counted: whoever sees the count (an alert) finds the
 	// names in the log.

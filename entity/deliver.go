@@ -1,0 +1,241 @@
+package entity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// Delivering runs a message on the entity it addresses, on this runner:
+// the gate and the turns are in turn.go, the handler call here.
+
+// Message kinds and outcomes, the values of the kind and outcome labels of
+// tenure_entity_messages_total.
+const (
+	kindCall = "call"
+	kindSend = "send"
+
+	msgOK        = "ok"
+	msgError     = "error"
+	msgPanic     = "panic"
+	msgRefused   = "refused"
+	msgCancelled = "cancelled"
+)
+
+// ErrEmptyEntityID is returned for a message that names no entity id.
+var ErrEmptyEntityID = errors.New("entity: message names no entity id")
+
+// call is one admitted message. It is its handler's context: the caller's
+// context (a send's own), cancelled by cancel, carrying the message
+// (CallFrom) and the host's Caller (CallerFrom), in one allocation.
+type call struct {
+	context.Context
+	cancel context.CancelCauseFunc
+	msg    Message
+	caller Caller
+	dec    context.Context // the detachment decision it was admitted under; nil: none
+	box    *mailbox
+	// ready is closed when a waiting message is handed the turn; granted
+	// says so (under the executor's mu).
+	ready      chan struct{}
+	granted    bool
+	started    time.Time // when it took the turn (set under the executor's mu)
+	prev, next *call     // in the executor's calls, under its mu
+}
+
+type callKey struct{}
+
+// Value answers CallFrom and CallerFrom without a context layer each.
+func (c *call) Value(key any) any {
+	switch key.(type) {
+	case callKey:
+		return &c.msg
+	case callerKey:
+		if c.caller != nil {
+			return c.caller
+		}
+	}
+	return c.Context.Value(key)
+}
+
+// ctxErr is the error of a message whose context ended before it started.
+func (c *call) ctxErr() error {
+	return fmt.Errorf("entity: message to %s/%s not started: %w", c.msg.Type, c.msg.ID, context.Cause(c.Context))
+}
+
+// CallFrom returns the message a handler's context runs: a Handle called
+// for a call or a send (through a task built from the message) finds it
+// here, a Handle called for a task does not.
+func CallFrom(ctx context.Context) (*Message, bool) {
+	m, ok := ctx.Value(callKey{}).(*Message)
+	return m, ok && m != nil
+}
+
+// Deliver runs the message d on its entity if this runner owns d.Shard
+// under d.Epoch (any epoch when 0) and is attached, and returns the reply.
+// A refusal is a *RefusedError: the handler did not run. A call runs on
+// the caller's goroutine under ctx, cancelled also when the runner's
+// detachment decision detaches or the shard is lost; in a planned release
+// it finishes before the lock goes. A send (d.OneWay) returns once
+// admitted: it runs later under its own context, bounded by
+// Config.SendTimeout, and its outcome is logged and counted.
+func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
+	kind := kindCall
+	if d.OneWay {
+		kind = kindSend
+	}
+	e := h.route(d.Shard)
+	if e == nil {
+		h.metrics.messages(kind, msgRefused).Inc()
+		return nil, &RefusedError{Reason: RefusedNotOwner, Shard: d.Shard}
+	}
+	if d.Epoch != 0 && d.Epoch != e.own.Epoch {
+		h.metrics.messages(kind, msgRefused).Inc()
+		return nil, e.refusal(RefusedNotOwner)
+	}
+	if d.ID == "" {
+		h.metrics.messages(kind, msgError).Inc()
+		return nil, fmt.Errorf("%w (type %q)", ErrEmptyEntityID, d.Type)
+	}
+	if _, ok := h.reg.lookup(d.Type); !ok {
+		h.metrics.messages(kind, msgError).Inc()
+		return nil, fmt.Errorf("entity: message to %s/%s: %w: %q", d.Type, d.ID, ErrNoHandler, d.Type)
+	}
+	if err := ctx.Err(); err != nil {
+		h.metrics.messages(kind, msgCancelled).Inc()
+		return nil, fmt.Errorf("entity: message to %s/%s not started: %w", d.Type, d.ID, context.Cause(ctx))
+	}
+	dctx := e.decision()
+	key := task.EntityKey(d.Type, d.ID)
+	if d.OneWay {
+		return nil, e.admitSend(d.Message, dctx, key)
+	}
+	c := &call{msg: d.Message, caller: h.caller, dec: dctx}
+	c.Context, c.cancel = context.WithCancelCause(ctx)
+	defer c.cancel(nil)
+	e.mu.Lock()
+	if err := e.gateLocked(dctx); err != nil {
+		e.mu.Unlock()
+		h.metrics.messages(kind, msgRefused).Inc()
+		return nil, err
+	}
+	e.workers.Add(1)
+	turn := e.takeTurnLocked(c, key)
+	e.mu.Unlock()
+	defer e.workers.Done()
+	if !turn {
+		if err := e.waitTurn(c); err != nil {
+			h.metrics.messages(kind, outcomeOf(err)).Inc()
+			return nil, err
+		}
+	}
+	reply, err := e.runTurn(c, kind)
+	return reply, err
+}
+
+// admitSend admits a send under the gate and runs it in the background.
+// It takes its place in the mailbox before returning, so that one
+// sender's sends (and its next call) run in the order sent.
+func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error {
+	c := &call{msg: m, caller: e.h.caller, dec: dctx}
+	// The send's context starts now, independent of the caller's, which
+	// ends when Deliver returns.
+	ctx, stop := context.WithTimeout(context.Background(), e.h.cfg.SendTimeout)
+	c.Context, c.cancel = context.WithCancelCause(ctx)
+	e.mu.Lock()
+	if err := e.gateLocked(dctx); err != nil {
+		e.mu.Unlock()
+		c.cancel(nil)
+		stop()
+		e.h.metrics.messages(kindSend, msgRefused).Inc()
+		return err
+	}
+	e.workers.Add(1)
+	turn := e.takeTurnLocked(c, key)
+	e.mu.Unlock()
+	go func() {
+		defer e.workers.Done()
+		defer stop()
+		defer c.cancel(nil)
+		var err error
+		if !turn {
+			err = e.waitTurn(c)
+		}
+		if err == nil {
+			_, err = e.runTurn(c, kindSend)
+		} else {
+			e.h.metrics.messages(kindSend, outcomeOf(err)).Inc()
+		}
+		if err != nil {
+			e.h.log.Warn("send failed", "type", m.Type, "entity", m.ID, "shard", e.own.Shard.String(), "err", err)
+		}
+	}()
+	return nil
+}
+
+// runTurn runs c, which holds its entity's turn, and hands the turn on.
+func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
+	box := c.box
+	if c.Err() != nil {
+		err = c.ctxErr() // ended while taking the turn
+	} else if ent, ierr := e.instanceFor(box, c.msg.Type, c.msg.ID); ierr != nil {
+		err = ierr
+	} else {
+		reply, err = handleMessage(c, ent, e.own.Shard)
+	}
+	e.h.metrics.messageDuration(kind).Observe(time.Since(c.started).Seconds())
+	panicked := e.afterTurn(box, err)
+	e.mu.Lock()
+	e.calls.remove(c)
+	e.endTurnLocked(box)
+	e.mu.Unlock()
+	switch {
+	case err == nil:
+		e.h.metrics.messages(kind, msgOK).Inc()
+	case panicked:
+		e.h.metrics.messages(kind, msgPanic).Inc()
+	default:
+		e.h.metrics.messages(kind, outcomeOf(err)).Inc()
+	}
+	return reply, err
+}
+
+// outcomeOf classifies a message's error for the outcome label.
+func outcomeOf(err error) string {
+	switch {
+	case errors.Is(err, ErrRefused):
+		return msgRefused
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return msgCancelled
+	}
+	return msgError
+}
+
+// handleMessage runs the message on ent: Receive if it is a Receiver,
+// otherwise Handle with a task built from the message.
+func handleMessage(c *call, ent Entity, shard storage.ShardID) (reply []byte, err error) {
+	if r, ok := ent.(Receiver); ok {
+		defer func() {
+			if v := recover(); v != nil {
+				reply, err = nil, &PanicError{Value: v, Stack: string(debug.Stack())}
+			}
+		}()
+		return r.Receive(c, &c.msg)
+	}
+	m := &c.msg
+	if len(m.Body) > 0 && !json.Valid(m.Body) {
+		return nil, fmt.Errorf("entity: message to %s/%s: %w: the body is not JSON and %s is not a Receiver",
+			m.Type, m.ID, ErrBadInput, m.Type)
+	}
+	t := &task.Task{
+		ID: "call-" + task.NewID(), Type: m.Type, Entity: m.ID, Shard: shard, Input: json.RawMessage(m.Body),
+		Status: task.Running, Attempt: 1, MaxAttempts: 1, CreatedAt: time.Now(),
+	}
+	return safeHandle(c, ent, t)
+}
