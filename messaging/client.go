@@ -152,12 +152,15 @@ func outcomeOf(err error) string {
 	switch {
 	case err == nil:
 		return outcomeOK
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// Before unknown: a call whose deadline passed after it was sent
+		// is unknown to its caller too (the error matches both), but it
+		// counts as what ended it.
+		return outcomeTimeout
 	case errors.Is(err, ErrOutcomeUnknown):
 		return outcomeUnknown
 	case errors.Is(err, entity.ErrRefused):
 		return outcomeRefused
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return outcomeTimeout
 	}
 	return outcomeError
 }

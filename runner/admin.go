@@ -120,6 +120,18 @@ func (r *Runner) Handler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(r.Status())
 	})
+	// Entity calls over HTTP + JSON, for callers without gRPC: through the
+	// runner's messaging client, so any runner reaches every entity.
+	mux.HandleFunc("POST /v1/entities/{type}/{id}", func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		cs := r.calls
+		r.mu.Unlock()
+		if cs == nil {
+			http.Error(w, "not running", http.StatusServiceUnavailable)
+			return
+		}
+		cs.http.ServeHTTP(w, req)
+	})
 	mux.HandleFunc("POST /admin/drain", func(w http.ResponseWriter, _ *http.Request) {
 		if mgr, _ := r.parts(); mgr == nil {
 			http.Error(w, "not running", http.StatusServiceUnavailable)

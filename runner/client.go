@@ -8,13 +8,16 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -48,6 +51,12 @@ type Client struct {
 	// runner's client, which opened nothing.
 	etcd   *etcd.Store
 	closed atomic.Bool
+	// calls makes entity calls: the runner's own messaging (Runner.Client),
+	// or one started on the first call (Connect; closed by Close).
+	calls     func() (entity.Caller, error)
+	callsOnce sync.Once
+	ownCalls  *calls
+	callsErr  error
 	// stopped, for a runner's client, reports the runner's stop.
 	stopped func() error
 }
@@ -117,6 +126,15 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 		return nil, err
 	}
 	c.etcd = rs
+	c.calls = func() (entity.Caller, error) {
+		c.callsOnce.Do(func() {
+			c.ownCalls, c.callsErr = startCalls(cfg, rs, messagingConfig(cfg, meta.Shards, c.group), "", nil, log, o.registry, o.tracer)
+		})
+		if c.callsErr != nil {
+			return nil, c.callsErr
+		}
+		return c.ownCalls.client, nil
+	}
 	return c, nil
 }
 
@@ -151,7 +169,19 @@ func (r *Runner) Client(ctx context.Context, opts ...ClientOption) (*Client, err
 	if tp == nil {
 		tp = r.tracer
 	}
-	return newClient(r.cfg, meta, o, log, tp.Tracer(tracerName), r.obj, r.rs, func() error { return r.life.stopped(r.cfg.RunnerID) })
+	c, err := newClient(r.cfg, meta, o, log, tp.Tracer(tracerName), r.obj, r.rs, func() error { return r.life.stopped(r.cfg.RunnerID) })
+	if err != nil {
+		return nil, err
+	}
+	c.calls = func() (entity.Caller, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.calls == nil {
+			return nil, fmt.Errorf("runner %s: %w", r.cfg.RunnerID, errCallsNotStarted)
+		}
+		return r.calls.client, nil
+	}
+	return c, nil
 }
 
 // newClient builds a Client on obj and waker, placing tasks by meta.
@@ -218,6 +248,13 @@ func (c *Client) Group() string { return c.group }
 func (c *Client) Close() error {
 	if c.closed.Swap(true) || c.etcd == nil {
 		return nil
+	}
+	// The calls' routing table watches through the etcd connection: it
+	// stops first. (Once also keeps a call racing Close from starting
+	// messaging afterwards.)
+	c.callsOnce.Do(func() { c.callsErr = ErrClientClosed })
+	if c.ownCalls != nil {
+		c.ownCalls.close(time.Second)
 	}
 	return c.etcd.Close()
 }

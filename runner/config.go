@@ -59,6 +59,7 @@ type Config struct {
 	Detachment DetachmentConfig `yaml:"detachment"`
 	Sharding   ShardingConfig   `yaml:"sharding"`
 	Entity     EntityConfig     `yaml:"entity"`
+	Call       CallConfig       `yaml:"call"`
 	Log        LogConfig        `yaml:"log"`
 	Tracing    TracingConfig    `yaml:"tracing"`
 
@@ -251,6 +252,11 @@ func DefaultConfig() Config {
 			TaskRetention:          Duration(ec.TaskRetention),
 			TaskSweepInterval:      Duration(ec.TaskSweepInterval),
 		},
+		Call: CallConfig{
+			Addr:           "127.0.0.1:0",
+			Timeout:        Duration(30 * time.Second),
+			MaxMessageSize: 4 << 20,
+		},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
 }
@@ -366,6 +372,7 @@ func (c Config) Validate() error {
 	if c.Entity.MaxInputSize < 1024 || c.Entity.MaxInputSize > 64<<20 {
 		bad("entity.max_input_size", c.Entity.MaxInputSize, "must be in [1 KiB, 64 MiB]")
 	}
+	errs = append(errs, c.Call.validate()...)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

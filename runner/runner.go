@@ -47,6 +47,7 @@ type Runner struct {
 	tasks *task.Store
 	host  *entity.Host
 	mgr   *sharding.Manager
+	calls *calls // entity messaging (calls.go)
 	admin *http.Server
 	ln    net.Listener
 
@@ -245,20 +246,36 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	r.life.connected(stored)
 
+	caller := &lateCaller{}
 	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
-		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer))
+		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer), entity.WithCaller(caller))
 	if err != nil {
 		return err
 	}
+	group, err := submitGroup("", r.cfg, stored)
+	if err != nil {
+		return err
+	}
+	mc := messagingConfig(r.cfg, stored.Shards, group)
+	cs, err := startCalls(r.cfg, r.rs, mc, r.cfg.RunnerID, host, r.base, r.reg, r.tracer)
+	if err != nil {
+		return err
+	}
+	caller.set(cs.client)
 	r.mu.Lock()
-	r.host = host
+	r.host, r.calls = host, cs
 	r.mu.Unlock()
+	// Stops after the host (below, and on every early return): see calls.go.
+	defer cs.close(r.cfg.Sharding.InterruptTimeout.Std())
+	if err := cs.serve(r.cfg, mc, host, r.base, r.reg, r.tracer); err != nil {
+		return err
+	}
 	if err := r.startAdmin(); err != nil {
 		return err
 	}
 	defer r.stopAdmin()
 	self := storage.RunnerInfo{
-		ID: r.cfg.RunnerID, Addr: r.advertise(), Weight: r.cfg.Weight,
+		ID: r.cfg.RunnerID, Addr: r.advertise(), CallAddr: cs.advertise(r.cfg), Weight: r.cfg.Weight,
 		Groups: r.cfg.Groups, Version: Version, StartedAt: r.started.UTC(),
 	}
 	mgr, err := sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
@@ -287,7 +304,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
-	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "version", Version, "s3_region", r.obj.Region())
+	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "calls", self.CallAddr, "version", Version, "s3_region", r.obj.Region())
 
 	select {
 	case err := <-runErr:

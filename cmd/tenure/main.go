@@ -29,6 +29,7 @@ func commands() []command {
 		{"run", "run a runner process", Run},
 		{"status", "show runners, shard ownership and the config version", Status},
 		{"task", "submit, get, list, cancel, replay and inspect tasks", Task},
+		{"call", "call an entity (TYPE ID) and print its reply", Call},
 		{"config", "get or set (with staged rollout) the dynamic config", configCommand},
 		{"drain", "move a runner's shards away gracefully", Drain},
 		{"bench", "run benchmark scenarios on a local cluster", Bench},
