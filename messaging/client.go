@@ -152,6 +152,10 @@ func outcomeOf(err error) string {
 	switch {
 	case err == nil:
 		return outcomeOK
+	case errors.Is(err, entity.ErrRefused):
+		// Refused until its deadline: the refusal is what the caller
+		// needs to see (the error also matches the deadline).
+		return outcomeRefused
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		// Before unknown: a call whose deadline passed after it was sent
 		// is unknown to its caller too (the error matches both), but it
@@ -159,8 +163,6 @@ func outcomeOf(err error) string {
 		return outcomeTimeout
 	case errors.Is(err, ErrOutcomeUnknown):
 		return outcomeUnknown
-	case errors.Is(err, entity.ErrRefused):
-		return outcomeRefused
 	}
 	return outcomeError
 }
