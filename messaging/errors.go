@@ -51,7 +51,28 @@ type CallError struct {
 
 // Error names the entity, the code and the owner's message.
 func (e *CallError) Error() string {
-	return fmt.Sprintf("messaging: call %s/%s: %s: %s", e.Type, e.ID, e.Code, e.Message)
+	return fmt.Sprintf("messaging: call %s/%s: %s: %s", e.Type, e.ID, codeText(e.Code), e.Message)
+}
+
+// codeText is a code in words, for messages people read.
+func codeText(c Code) string {
+	switch c {
+	case callpb.Failure_CODE_UNKNOWN_TYPE:
+		return "unknown entity type"
+	case callpb.Failure_CODE_BAD_INPUT:
+		return "bad input"
+	case callpb.Failure_CODE_PANIC:
+		return "handler panicked"
+	case callpb.Failure_CODE_HANDLER:
+		return "handler failed"
+	case callpb.Failure_CODE_DEADLINE_EXCEEDED:
+		return "deadline exceeded"
+	case callpb.Failure_CODE_CANCELLED:
+		return "cancelled"
+	case callpb.Failure_CODE_TOO_LARGE:
+		return "too large"
+	}
+	return c.String()
 }
 
 // Is matches the sentinel of e's code.

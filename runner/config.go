@@ -171,6 +171,9 @@ type EntityConfig struct {
 	MaxIdle                Duration `yaml:"max_idle"`                  // default 60s
 	MaxResident            int      `yaml:"max_resident"`              // default 10000
 	MaxInputSize           int      `yaml:"max_input_size"`            // bytes; default 256 KiB
+	// SendTimeout bounds the handler of a send (a one-way message), which
+	// no caller waits for. Default 1m.
+	SendTimeout Duration `yaml:"send_timeout"`
 	// TaskRetention is how long a finished (completed, failed or
 	// cancelled) task is kept after its last write, in S3 time, before its
 	// shard's owner deletes it; 0 keeps finished tasks forever. Default
@@ -249,6 +252,7 @@ func DefaultConfig() Config {
 			MaxIdle:                Duration(ec.MaxIdle),
 			MaxResident:            ec.MaxResident,
 			MaxInputSize:           256 << 10,
+			SendTimeout:            Duration(ec.SendTimeout),
 			TaskRetention:          Duration(ec.TaskRetention),
 			TaskSweepInterval:      Duration(ec.TaskSweepInterval),
 		},
@@ -308,6 +312,7 @@ func (c Config) EntityConfig() entity.Config {
 	ec.MaxConcurrentPerRunner = c.Entity.MaxConcurrentPerRunner
 	ec.MaxIdle = c.Entity.MaxIdle.Std()
 	ec.MaxResident = c.Entity.MaxResident
+	ec.SendTimeout = c.Entity.SendTimeout.Std()
 	ec.TaskRetention = c.Entity.TaskRetention.Std()
 	ec.TaskSweepInterval = c.Entity.TaskSweepInterval.Std()
 	// Whether a task left running may be taken over at once is decided per
@@ -415,7 +420,7 @@ func renameFields(err error) error {
 		{"RebalanceInterval", "sharding.rebalance_interval"}, {"LockRefreshInterval", "sharding.lock_refresh_interval"},
 		{"AcquireRetryInterval", "sharding.acquire_retry_interval"}, {"AcquireRetryWindow", "sharding.acquire_retry_window"},
 		{"InterruptTimeout", "sharding.interrupt_timeout"},
-		{"TaskRetention", "entity.task_retention"}, {"TaskSweepInterval", "entity.task_sweep_interval"},
+		{"SendTimeout", "entity.send_timeout"}, {"TaskRetention", "entity.task_retention"}, {"TaskSweepInterval", "entity.task_sweep_interval"},
 	} {
 		msg = strings.ReplaceAll(msg, r[0], r[1])
 	}

@@ -66,6 +66,7 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 	var sets, handlers listFlag
 	id := fs.String("runner-id", "", "runner id (default: config runner_id, else the host name)")
 	admin := fs.String("admin-addr", "", "admin HTTP address (default: config admin_addr)")
+	callAddr := fs.String("call-addr", "", "entity call (gRPC) address (default: config call.addr, loopback on any free port)")
 	weight := fs.String("weight", "", "assignment weight (0 drains)")
 	fs.Var(&handlers, "handler", "task handler TYPE=http:URL or TYPE=exec:COMMAND (repeatable)")
 	fs.Var(&sets, "set", "config key=value (repeatable)")
@@ -86,6 +87,9 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 	}
 	if *admin != "" {
 		overrides = append(overrides, "admin_addr="+*admin, "advertise_addr="+*admin)
+	}
+	if *callAddr != "" {
+		overrides = append(overrides, "call.addr="+*callAddr)
 	}
 	if *weight != "" {
 		if _, err := strconv.ParseFloat(*weight, 64); err != nil {
