@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/entity"
 )
 
 // Outcome labels of tenure_calls_total: how a call ended for its caller.
@@ -70,6 +72,16 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 	m.calls = register(r, m.calls)
 	m.reroutes = register(r, m.reroutes)
 	m.duration = register(r, m.duration)
+	// Every series exists from the start at 0, so that increase() and
+	// alerts see the first one.
+	for _, kind := range []string{kindCall, kindSend} {
+		for _, o := range []string{outcomeOK, outcomeRefused, outcomeUnknown, outcomeTimeout, outcomeError} {
+			m.calls.WithLabelValues(kind, o)
+		}
+	}
+	for _, reason := range []string{string(entity.RefusedNotOwner), string(entity.RefusedNotAttached), string(entity.RefusedShardMoving), rerouteNotSent, rerouteNoOwner} {
+		m.reroutes.WithLabelValues(reason)
+	}
 	m.callOK, m.sendOK = m.calls.WithLabelValues(kindCall, outcomeOK), m.calls.WithLabelValues(kindSend, outcomeOK)
 	m.local, m.remote = m.duration.WithLabelValues(pathLocal), m.duration.WithLabelValues(pathRemote)
 	return m
@@ -85,6 +97,9 @@ func newServerMetrics(r prometheus.Registerer) *serverMetrics {
 		Help: "Entity calls and sends this runner received, by outcome (ok, refused, failed).",
 	}, []string{"outcome"})}
 	m.requests = register(r, m.requests)
+	for _, o := range []string{serverDelivered, serverRefused, serverFailed} {
+		m.requests.WithLabelValues(o)
+	}
 	return m
 }
 
