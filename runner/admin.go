@@ -19,6 +19,7 @@ type Status struct {
 	Version          string   `json:"version"`
 	StartedAt        string   `json:"started_at"`
 	Addr             string   `json:"addr"`
+	CallAddr         string   `json:"call_addr"` // where it serves entity calls ("" when it serves none)
 	Weight           float64  `json:"weight"`
 	Draining         bool     `json:"draining"`
 	Registered       bool     `json:"registered"`
@@ -54,6 +55,7 @@ func (r *Runner) Status() Status {
 		ConfigVersion: r.dynamic.version,
 		ConfigCanary:  r.dynamic.canary,
 		ConfigError:   r.dynamic.err,
+		CallAddr:      r.calls.advertise(r.cfg),
 	}
 	r.mu.Unlock()
 	if st.Draining {
