@@ -245,15 +245,25 @@ func TestCallsSIGTERMUnderLoad(t *testing.T) {
 
 // TestCallsSIGKILLUnavailability: SIGKILL of one of 3 runner processes
 // under 64 callers (10 s deadlines, so that a call waits for the new owner
-// rather than fails): each of its entities answers again within the lease
-// TTL + 0.5 s of the kill. The only errors allowed are ErrOutcomeUnknown
-// for calls started before the kill: sent to the killed process, they may
-// have run there before it died, and a call is never sent twice when its
-// first attempt may have run (at most once); every other call must wait
-// for the successor and succeed.
+// rather than fails). Each of its entities answers again within 0.5 s of
+// the end of its lease (when etcd revoked it, seen by a watch of the
+// locks), and within the lease TTL + 1 s of the kill: the lease ends at
+// most a TTL after the kill (its last renewal came before it), and etcd
+// revokes expired leases on a 500 ms tick (its lessor's revoke loop), so
+// TTL + 0.5 s from the kill, the figure, is not reachable every
+// time with the messaging's 0.5 s on top (see the log's figures).
+//
+// The only errors allowed are ErrOutcomeUnknown for calls started before
+// the kill: sent to the killed process, they may have run there before it
+// died, and a call is never sent twice when its first attempt may have run
+// (at most once); every other call must wait for the successor and
+// succeed.
 func TestCallsSIGKILLUnavailability(t *testing.T) {
 	c, rs := startCallCluster(t, nil, "k1", "k2", "k3")
 	victim := rs[2]
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	locks := watchLocks(wctx, c)
 	cli := c.callClient()
 	ids := numbered(96)
 	victims := c.entitiesOf(runner.TypeEcho, ids)["k3"]
@@ -284,9 +294,18 @@ func TestCallsSIGKILLUnavailability(t *testing.T) {
 	testenv.WaitFor(t, "every entity of k3 answering again", 20*time.Second, firstBack)
 	calls := load.Stop()
 	firstBack()
+	// revoked is when etcd dropped k3's locks with its lease.
+	var revoked time.Time
+	for _, ch := range locks.Since(killed) {
+		if ch.Prev == "k3" && revoked.IsZero() {
+			revoked = ch.At
+		}
+	}
+	if revoked.IsZero() {
+		t.Fatal("the lock watch saw no lock of k3 released after the kill")
+	}
 
-	var worst time.Duration
-	var sum time.Duration
+	var worst, sum time.Duration
 	for _, b := range back {
 		d := b.Sub(killed)
 		worst = max(worst, d)
@@ -304,16 +323,21 @@ func TestCallsSIGKILLUnavailability(t *testing.T) {
 		}
 	}
 	st := harness.Stats(calls, killed, killed.Add(worst))
-	t.Logf("SIGKILL under 64 callers: %d entities of k3 unavailable for max %s, mean %s (lease TTL %s); %d calls while they were, max latency %s; errors: %d outcome unknown (in flight on k3), %d other",
+	afterLease := worst - revoked.Sub(killed)
+	t.Logf("SIGKILL under 64 callers: %d entities of k3 unavailable for max %s, mean %s (lease TTL %s; the lease revoked %s after the kill, the entities answered again %s after that); %d calls while they were unavailable, max latency %s; errors: %d outcome unknown (in flight on k3), %d other",
 		len(victims), worst.Round(time.Millisecond), (sum / time.Duration(len(back))).Round(time.Millisecond), callLease,
+		revoked.Sub(killed).Round(time.Millisecond), afterLease.Round(time.Millisecond),
 		st.Calls, st.MaxLatency.Round(time.Millisecond), unknown, len(others))
 	if len(others) > 0 {
 		s := others[0]
 		t.Errorf("%d calls failed otherwise than outcome-unknown in flight at the kill, e.g. %s started %s after the kill: %v",
 			len(others), s.ID, s.Start.Sub(killed).Round(time.Millisecond), s.Err)
 	}
-	if limit := callLease + 500*time.Millisecond; worst > limit {
-		t.Errorf("k3's entities answered again %s after the kill, want within the lease TTL + 0.5 s = %s", worst, limit)
+	if afterLease > 500*time.Millisecond {
+		t.Errorf("k3's entities answered again %s after its lease was revoked, want within 0.5 s", afterLease)
+	}
+	if limit := callLease + time.Second; worst > limit {
+		t.Errorf("k3's entities answered again %s after the kill, want within the lease TTL + 1 s = %s", worst, limit)
 	}
 }
 
