@@ -156,7 +156,8 @@ func TestCallsHTTPEveryEntityThroughEveryRunner(t *testing.T) {
 		var mu sync.Mutex
 		var bad []string
 		start := time.Now()
-		parallelHTTP(entities, 16, func(id string) {
+		harness.ForEach(len(entities), 16, func(i int) {
+			id := entities[i]
 			body := []byte(`{"e":"` + id + `","via":"` + via.id + `"}`)
 			code, reply, err := postCall(hc, via.admin, runner.TypeEcho, id, "", body)
 			if err != nil || code != http.StatusOK || !bytes.Equal(bytes.TrimSpace(reply), body) {
@@ -185,24 +186,6 @@ func TestCallsHTTPEveryEntityThroughEveryRunner(t *testing.T) {
 			}
 		}
 	}
-}
-
-// parallelHTTP runs f for each id on workers goroutines.
-func parallelHTTP(ids []string, workers int, f func(id string)) {
-	next := make(chan string)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for id := range next {
-				f(id)
-			}
-		})
-	}
-	for _, id := range ids {
-		next <- id
-	}
-	close(next)
-	wg.Wait()
 }
 
 // TestCallsSIGTERMUnderLoad: 64 callers in the test process call entities

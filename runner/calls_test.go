@@ -139,24 +139,6 @@ func serverCalls(t *testing.T, xs []*running) map[string]float64 {
 	return out
 }
 
-// parallel runs f(0..n-1) on workers goroutines.
-func parallel(n, workers int, f func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				f(i)
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-}
-
 // TestCallsEveryEntityFromEveryRunner: each of 3 runners calls 1,000
 // entities through its Runner.Client and every reply is right. Seen from
 // outside, through the call servers' counters: a call to an entity of the
@@ -177,7 +159,7 @@ func TestCallsEveryEntityFromEveryRunner(t *testing.T) {
 		ranOn := map[string]int{}
 		var errs []error
 		start := time.Now()
-		parallel(entities, 16, func(i int) {
+		harness.ForEach(entities, 16, func(i int) {
 			r, err := callWho(ctx, cli, strconv.Itoa(i))
 			mu.Lock()
 			defer mu.Unlock()

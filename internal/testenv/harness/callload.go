@@ -111,3 +111,22 @@ func Stats(samples []CallSample, from, to time.Time) CallStats {
 	}
 	return st
 }
+
+// ForEach calls f(0), …, f(n-1) on workers goroutines and returns when
+// every call has.
+func ForEach(n, workers int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
