@@ -56,6 +56,11 @@ func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	run := auditExec{TaskID: t.ID, Entity: t.Entity, Shard: t.Shard, Attempt: t.Attempt}
 	if t.Claim != nil {
 		run.Runner, run.Epoch = t.Claim.RunnerID, t.Claim.Epoch
+	} else {
+		// An entity call, run as a task built from the message, has no
+		// claim: the runner says who it is in the URL it was given
+		// (callRecorderURL).
+		run.Runner = req.URL.Query().Get("runner")
 	}
 	x := r.Begin(run)
 	var in struct {

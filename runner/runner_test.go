@@ -44,8 +44,9 @@ func newTestCluster(t *testing.T) *testCluster {
 }
 
 // config returns a runner config for the cluster, with fast timings; etcd
-// is reached through a proxy the caller can cut.
-func (c *testCluster) config(id string) (Config, *testenv.Proxy) {
+// is reached through a proxy the caller can cut. extra are more overrides
+// (key=value), applied last.
+func (c *testCluster) config(id string, extra ...string) (Config, *testenv.Proxy) {
 	p, err := c.Proxy()
 	if err != nil {
 		c.t.Fatal(err)
@@ -54,7 +55,7 @@ func (c *testCluster) config(id string) (Config, *testenv.Proxy) {
 		"lease.ttl=2s", "detachment.recover_window=500ms", "sharding.rebalance_debounce=50ms",
 		"sharding.rebalance_interval=2s", "sharding.interrupt_timeout=2s", "entity.task_lease=3s",
 		"drain_timeout=10s", "log.level=warn")
-	cfg, err := Load("", nil, overrides)
+	cfg, err := Load("", nil, append(overrides, extra...))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -79,7 +80,12 @@ type running struct {
 }
 
 func (c *testCluster) start(id string, opts ...Option) *running {
-	cfg, p := c.config(id)
+	return c.startWith(id, nil, opts...)
+}
+
+// startWith starts a runner with more config overrides (key=value).
+func (c *testCluster) startWith(id string, extra []string, opts ...Option) *running {
+	cfg, p := c.config(id, extra...)
 	opts = append([]Option{WithTypes(func(h *entity.Host) error {
 		return h.RegisterFunc("echo", func(_ context.Context, t *task.Task) (json.RawMessage, error) { return t.Input, nil })
 	})}, opts...)
