@@ -188,6 +188,10 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 		err = ierr
 	} else {
 		reply, err = handleMessage(c, ent, e.own.Shard)
+		var pe *PanicError
+		if err != nil && c.Err() != nil && !errors.As(err, &pe) {
+			err = interrupted(c, err)
+		}
 	}
 	e.h.metrics.messageDuration(kind).Observe(time.Since(c.started).Seconds())
 	panicked := e.afterTurn(box, err)
@@ -204,6 +208,19 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 		e.h.metrics.messages(kind, outcomeOf(err)).Inc()
 	}
 	return reply, err
+}
+
+// interrupted is the error of a handler that failed after its context
+// ended: the interruption (the caller's cancel or deadline, a detachment,
+// a lost shard) is what the caller must see, not the handler's own words
+// for it. It matches context.Canceled when the cause is not already a
+// context error, so that transports report a cancellation.
+func interrupted(c *call, herr error) error {
+	cause := context.Cause(c)
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return fmt.Errorf("entity: message to %s/%s interrupted: %w (the handler returned: %v)", c.msg.Type, c.msg.ID, cause, herr)
+	}
+	return fmt.Errorf("entity: message to %s/%s interrupted: %w: %w (the handler returned: %v)", c.msg.Type, c.msg.ID, context.Canceled, cause, herr)
 }
 
 // outcomeOf classifies a message's error for the outcome label.
