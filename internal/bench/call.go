@@ -107,6 +107,8 @@ type CallFaultTrial struct {
 	UnavailableMedianMS float64            `json:"unavailable_median_ms,omitempty"`
 	UnavailableMaxMS    float64            `json:"unavailable_max_ms,omitempty"`
 	Reroutes            map[string]float64 `json:"reroutes,omitempty"` // by reason, the caller's runner's counter
+	// ErrorMessages are the first and the last error of each kind.
+	ErrorMessages map[string]string `json:"error_messages,omitempty"`
 }
 
 // callRun is the call scenario's cluster: the caller runner in this
@@ -122,7 +124,9 @@ type callRun struct {
 	measure time.Duration
 }
 
-func runCall(ctx context.Context, e *env) (Result, error) {
+// startCall starts the caller runner and the callee processes and waits
+// for the cluster to converge; stop stops them.
+func startCall(ctx context.Context, e *env) (*callRun, error) {
 	c, err := e.newCluster(ctx, ScenarioCall, callShards)
 	if err != nil {
 		return nil, err
@@ -132,25 +136,42 @@ func runCall(ctx context.Context, e *env) (Result, error) {
 	if cr.caller, err = c.startRunner(callerID, nil); err != nil {
 		return nil, err
 	}
-	defer cr.caller.stop()
 	for _, id := range calleeIDs {
 		if cr.procs[id], err = c.startChild(id); err != nil {
+			cr.stop()
 			return nil, err
 		}
 	}
-	defer stopChildren(cr.procs)
 	if err := cr.converged(ctx); err != nil {
+		cr.stop()
 		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	cr.client, err = cr.caller.r.Client(cctx)
 	cancel()
 	if err != nil {
+		cr.stop()
 		return nil, fmt.Errorf("bench: call: client of runner %s: %w", callerID, err)
 	}
 	for i := range callEntities {
 		cr.ids = append(cr.ids, fmt.Sprintf("e%d", i))
 	}
+	return cr, nil
+}
+
+// stop stops the runners gracefully.
+func (cr *callRun) stop() {
+	stopChildren(cr.procs)
+	cr.caller.stop()
+}
+
+func runCall(ctx context.Context, e *env) (Result, error) {
+	cr, err := startCall(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	defer cr.stop()
+	c := cr.c
 	res := &CallResult{Runners: 1 + len(calleeIDs), Shards: callShards, Entities: callEntities,
 		WarmupMS: ms(cr.warmup), MeasureMS: ms(cr.measure), LeaseTTLMS: ms(LeaseTTL)}
 	for _, path := range []string{"remote", "local"} {
@@ -246,15 +267,16 @@ func (cr *callRun) path(ctx context.Context, path string, callers int) (CallPath
 		return CallPath{}, err
 	}
 	ss = between(ss, from, to)
-	us, _ := latencies(ss)
-	errs, first := l.errors()
+	us := latencies(ss)
+	errs, msgs := l.errors()
 	p := CallPath{Path: path, Callers: callers, Entities: len(ids), Calls: int64(len(ss)),
 		CallsPerS: round(float64(len(ss))/time.Duration(to-from).Seconds(), 1),
 		P50US:     round(quantile(us, 0.5), 1), P99US: round(quantile(us, 0.99), 1), MaxUS: round(maxOf(us), 1),
 		Errors: sum(errs)}
-	for _, m := range first {
-		p.FirstError = m
-		break
+	for _, k := range kindNames[kindTimeout:] {
+		if m, ok := msgs[k]; ok && p.FirstError == "" {
+			p.FirstError = m
+		}
 	}
 	return p, nil
 }
@@ -338,10 +360,9 @@ func (cr *callRun) fault(ctx context.Context, f *CallFault, victim string, sig s
 	ss, to := l.stop()
 	stopped = true
 	ss = between(ss, from, to)
-	us, _ := latencies(ss)
+	us := latencies(ss)
 	tr.Calls = int64(len(ss))
-	var first map[string]string
-	tr.Errors, first = l.errors()
+	tr.Errors, tr.ErrorMessages = l.errors()
 	tr.MaxLatencyMS, tr.P99LatencyMS = round(maxOf(us)/1e3, 3), round(quantile(us, 0.99)/1e3, 3)
 	var gaps []float64
 	if sig == syscall.SIGKILL {
@@ -360,21 +381,21 @@ func (cr *callRun) fault(ctx context.Context, f *CallFault, victim string, sig s
 			tr.Reroutes[k] = d
 		}
 	}
-	f.add(tr, gaps, first)
+	f.add(tr, gaps)
 	return tr, nil
 }
 
 // add adds a trial's figures: its errors (with the first message of each
 // kind), its longest call and its entities' unavailability.
-func (f *CallFault) add(tr CallFaultTrial, gaps []float64, first map[string]string) {
+func (f *CallFault) add(tr CallFaultTrial, gaps []float64) {
 	if f.Errors == nil {
 		f.Errors, f.FirstErrors = map[string]int64{}, map[string]string{}
 	}
 	for k, v := range tr.Errors {
 		f.Errors[k] += v
 	}
-	for k, m := range first {
-		if _, ok := f.FirstErrors[k]; !ok {
+	for k, m := range tr.ErrorMessages {
+		if _, ok := f.FirstErrors[k]; !ok && !strings.HasSuffix(k, " (last)") {
 			f.FirstErrors[k] = m
 		}
 	}

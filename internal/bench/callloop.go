@@ -49,12 +49,8 @@ func kindOf(err error) int {
 }
 
 // sample is one call that returned while the loop recorded: its start and
-// end in ns since the loop's origin, the entity's index and its outcome.
-type sample struct {
-	start, end int64
-	entity     int32
-	kind       uint8
-}
+// end in ns since the loop's origin.
+type sample struct{ start, end int64 }
 
 // loop is a running closed loop of callers over ids.
 type loop struct {
@@ -67,6 +63,7 @@ type loop struct {
 	track      atomic.Pointer[tracker]
 	errs       [numKinds]atomic.Int64 // every call since the start, by kind
 	firstErr   [numKinds]atomic.Pointer[string]
+	lastErr    [numKinds]atomic.Pointer[string]
 	wg         sync.WaitGroup
 	bufs       [][]sample // per caller, read after stop
 }
@@ -97,13 +94,12 @@ func startLoop(ctx context.Context, c entity.Caller, typ string, ids []string, c
 				k := kindOf(err)
 				if k != kindOK {
 					l.errs[k].Add(1)
-					if l.firstErr[k].Load() == nil {
-						msg := err.Error()
-						l.firstErr[k].CompareAndSwap(nil, &msg)
-					}
+					msg := err.Error()
+					l.firstErr[k].CompareAndSwap(nil, &msg)
+					l.lastErr[k].Store(&msg)
 				}
 				if int64(end) >= l.recordFrom.Load() {
-					buf = append(buf, sample{start: int64(start), end: int64(end), entity: int32(i), kind: uint8(k)})
+					buf = append(buf, sample{start: int64(start), end: int64(end)})
 				}
 				if k == kindOK {
 					if tr := l.track.Load(); tr != nil {
@@ -148,17 +144,21 @@ func (l *loop) stop() ([]sample, int64) {
 }
 
 // errors returns the errors the callers saw since the start, by kind, and
-// the first message of each kind seen.
+// the first and the last message of each kind seen (keyed "kind" and
+// "kind (last)").
 func (l *loop) errors() (map[string]int64, map[string]string) {
 	counts := map[string]int64{}
-	first := map[string]string{}
+	msgs := map[string]string{}
 	for k := kindTimeout; k < numKinds; k++ {
 		counts[kindNames[k]] = l.errs[k].Load()
 		if m := l.firstErr[k].Load(); m != nil {
-			first[kindNames[k]] = *m
+			msgs[kindNames[k]] = *m
+		}
+		if m := l.lastErr[k].Load(); m != nil && msgs[kindNames[k]] != *m {
+			msgs[kindNames[k]+" (last)"] = *m
 		}
 	}
-	return counts, first
+	return counts, msgs
 }
 
 // tracker waits for a set of entities to answer a call started at or
@@ -207,17 +207,13 @@ func (t *tracker) gaps() []float64 {
 	return out
 }
 
-// latencies returns the samples' latencies in µs, and the number of them
-// that failed.
-func latencies(ss []sample) (us []float64, failed int64) {
-	us = make([]float64, len(ss))
+// latencies returns the samples' latencies in µs.
+func latencies(ss []sample) []float64 {
+	us := make([]float64, len(ss))
 	for i, s := range ss {
 		us[i] = float64(s.end-s.start) / 1e3
-		if s.kind != kindOK {
-			failed++
-		}
 	}
-	return us, failed
+	return us
 }
 
 // between returns the samples that returned in [from, to].
