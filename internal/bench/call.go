@@ -287,12 +287,7 @@ func (cr *callRun) path(ctx context.Context, path string, callers int) (CallPath
 // (handoff), and the victim has exited.
 func (cr *callRun) fault(ctx context.Context, f *CallFault, victim string, sig syscall.Signal) (CallFaultTrial, error) {
 	holders := cr.c.locks.Holders()
-	var theirs []storage.ShardID
-	for s, h := range holders {
-		if h == victim {
-			theirs = append(theirs, s)
-		}
-	}
+	theirs := heldBy(holders, victim)
 	want := make([]bool, len(cr.ids))
 	tr := CallFaultTrial{Victim: victim, Shards: len(theirs)}
 	for i, id := range cr.ids {
@@ -327,15 +322,7 @@ func (cr *callRun) fault(ctx context.Context, f *CallFault, victim string, sig s
 	if err := cr.procs[victim].signal(sig); err != nil {
 		return tr, err
 	}
-	at, err := cr.c.locks.Await(ctx, fmt.Sprintf("the %d shards of %s to be locked by the others", len(theirs), victim), followWithin,
-		func(h map[storage.ShardID]string) bool {
-			for _, s := range theirs {
-				if h[s] == "" || h[s] == victim {
-					return false
-				}
-			}
-			return true
-		})
+	at, err := cr.c.awaitReowned(ctx, victim, theirs, followWithin)
 	if err != nil {
 		return tr, err
 	}
