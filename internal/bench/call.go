@@ -201,8 +201,12 @@ func runCall(ctx context.Context, e *env) (Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("bench: call %s trial %d: %w", f.Signal, i+1, err)
 			}
-			e.logf("call: %s trial %d/%d: %s (%d entities): %d errors %v, max call %.1fms, unavailable max %.1fms",
-				f.Signal, i+1, e.trials, victim, tr.Entities, sum(tr.Errors), tr.Errors, tr.MaxLatencyMS, tr.UnavailableMaxMS)
+			line := fmt.Sprintf("call: %s trial %d/%d: %s (%d entities): %d errors %s, max call %.1fms, shards re-owned in %.1fms",
+				f.Signal, i+1, e.trials, victim, tr.Entities, sum(tr.Errors), describeErrors(tr.Errors), tr.MaxLatencyMS, tr.ReownedMS)
+			if sig == syscall.SIGKILL {
+				line += fmt.Sprintf(", entities unavailable median %.1fms, max %.1fms", tr.UnavailableMedianMS, tr.UnavailableMaxMS)
+			}
+			e.logf("%s", line)
 			if fi == len(faults)-1 && i == e.trials-1 {
 				break
 			}
