@@ -13,8 +13,8 @@ const benchUsage = `usage: tenure bench <scenario>... | all [--json] [--trials N
 
 Runs benchmark scenarios on loopback: it starts an embedded etcd and an
 embedded S3 server (VersityGW) itself, then runners in this process or as
-child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes two to
-three minutes on two cores; --quick runs a smoke version in under a minute.
+child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes three to
+four minutes on two cores; --quick runs a smoke version in under a minute.
 See BENCHMARKS.md for what each scenario measures.
 
 scenarios:
@@ -25,6 +25,8 @@ scenarios:
   latency     submit → handler start, p50 and p99
   s3cost      S3 requests per task and idle per minute; monthly cost estimate
   assign      compute time of the shard assignment by shards × runners
+  call        entity calls/s and latency, remote and local, by callers (1, 16, 64);
+              errors and unavailability under a SIGTERM and a SIGKILL of a runner
 
 flags:
 `
@@ -42,7 +44,7 @@ func runBench(ctx context.Context, cli *CLI, args []string, base bench.Options) 
 	asJSON := fs.Bool("json", false, "print one JSON object with every figure instead of a table")
 	trials := fs.Int("trials", 0, fmt.Sprintf("trials per scenario (default %d, %d with --quick)", bench.DefaultTrials, bench.QuickTrials))
 	data := fs.String("data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
-	quick := fs.Bool("quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments")
+	quick := fs.Bool("quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
 	fs.Usage = func() {
 		fmt.Fprint(cli.Stderr, benchUsage)
 		fs.PrintDefaults()

@@ -1,13 +1,18 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -205,5 +210,70 @@ func TestReportTable(t *testing.T) {
 	}
 	if strings.Index(out, "latency") > strings.Index(out, "assign") {
 		t.Errorf("scenarios not in run order:\n%s", out)
+	}
+}
+
+// pkgDir is this package's directory, read before any test starts the
+// shared S3 gateway (which changes the working directory).
+var pkgDir, _ = os.Getwd()
+
+// TestCallScenario runs call quickly against the shared servers, with
+// runner processes of a freshly built tenure: every figure must be there,
+// and the happy paths and the planned handoff must show no error. Timings
+// are reported, not asserted.
+func TestCallScenario(t *testing.T) {
+	s3 := testenv.SharedS3(t)
+	ak, sk := s3.Credentials()
+	infra := &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
+		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "tenure")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tenure")
+	build.Dir = filepath.Join(pkgDir, "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var progress strings.Builder
+	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioCall}, Quick: true, Infra: infra, Executable: bin,
+		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+	if err != nil {
+		t.Fatalf("bench call: %v\n%s", err, progress.String())
+	}
+	r, ok := rep.Scenarios[ScenarioCall].(*CallResult)
+	if !ok {
+		t.Fatalf("call result: %#v", rep.Scenarios[ScenarioCall])
+	}
+	var got []string
+	for _, p := range r.Paths {
+		got = append(got, p.Path+"/"+strings.Repeat("x", p.Callers))
+		if p.Errors != 0 || p.Calls < 10 || p.CallsPerS <= 0 || p.Entities < 1 || !(0 < p.P50US && p.P50US <= p.P99US && p.P99US <= p.MaxUS) {
+			t.Errorf("%s, %d callers: %+v, want calls, no error, p50 ≤ p99 ≤ max", p.Path, p.Callers, p)
+		}
+		t.Logf("%s, %d callers: %.0f calls/s, p50 %.0fµs, p99 %.0fµs", p.Path, p.Callers, p.CallsPerS, p.P50US, p.P99US)
+	}
+	want := []string{"remote/x", "remote/" + strings.Repeat("x", 16), "local/x", "local/" + strings.Repeat("x", 16)}
+	if !slices.Equal(got, want) {
+		t.Errorf("paths %q, want remote and local with 1 and 16 callers", got)
+	}
+	for name, f := range map[string]*CallFault{"handoff": r.Handoff, "crash": r.Crash} {
+		if f == nil || len(f.Trials) != 1 {
+			t.Fatalf("%s: %+v, want one trial", name, f)
+		}
+		tr := f.Trials[0]
+		if tr.Entities < 1 || tr.Shards < 1 || tr.Calls < 1 || tr.ReownedMS <= 0 || len(f.Errors) != 3 {
+			t.Errorf("%s: %+v", name, tr)
+		}
+		t.Logf("%s: %+v", name, tr)
+	}
+	if r.Handoff.ErrorsTotal != 0 {
+		t.Errorf("handoff: %d errors %v (%v), want none", r.Handoff.ErrorsTotal, r.Handoff.Errors, r.Handoff.FirstErrors)
+	}
+	if c := r.Crash; c.UnavailableMaxMS <= 0 || c.UnavailableMedianMS > c.UnavailableMaxMS || c.TargetMS != r.LeaseTTLMS+500 {
+		t.Errorf("crash unavailability: %+v", c)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "remote, 16 callers") {
+		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }

@@ -19,6 +19,11 @@
 //     wire by counting proxies (internal/s3count), idle requests per
 //     minute, and a monthly request-cost estimate.
 //   - assign: compute time of sharding.Assign and Reassign.
+//   - call: entity calls from a closed loop of callers inside one runner's
+//     process to echo entities of two runner processes (remote) or of its
+//     own runner (local): calls/s and latency by callers; then errors and
+//     unavailability while a runner process is stopped (SIGTERM) or killed
+//     (SIGKILL) under 64 callers.
 //
 // Every wait is bounded, and every runner, child process and server the
 // run starts is stopped when it ends, fails or is interrupted.

@@ -90,12 +90,7 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 	var secs, ratios, gaps []float64
 	for i := range e.trials {
 		victim := ids[i%len(ids)]
-		var theirs []storage.ShardID
-		for s, h := range c.locks.Holders() {
-			if h == victim {
-				theirs = append(theirs, s)
-			}
-		}
+		theirs := heldBy(c.locks.Holders(), victim)
 		if len(theirs) == 0 {
 			return nil, fmt.Errorf("bench: %s: runner %s holds no shard", scenario, victim)
 		}
@@ -103,15 +98,7 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 		if err := procs[victim].signal(sig); err != nil {
 			return nil, err
 		}
-		at, err := c.locks.Await(ctx, fmt.Sprintf("the %d shards of %s to be locked by the others", len(theirs), victim), within,
-			func(h map[storage.ShardID]string) bool {
-				for _, s := range theirs {
-					if h[s] == "" || h[s] == victim {
-						return false
-					}
-				}
-				return true
-			})
+		at, err := c.awaitReowned(ctx, victim, theirs, within)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s trial %d: %w", scenario, i+1, err)
 		}
@@ -142,6 +129,31 @@ func runHandover(ctx context.Context, e *env, scenario string, sig syscall.Signa
 	res.MedianXTTL, res.MaxXTTL = round(median(ratios), 3), maxOf(ratios)
 	res.ShardGapMedianMS, res.ShardGapP99MS, res.ShardGapMaxMS = round(median(gaps), 3), quantile(gaps, 0.99), maxOf(gaps)
 	return res, nil
+}
+
+// heldBy returns the shards runner holds in holders.
+func heldBy(holders map[storage.ShardID]string, runner string) []storage.ShardID {
+	var out []storage.ShardID
+	for s, h := range holders {
+		if h == runner {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// awaitReowned returns when the lock watch saw every shard of theirs
+// locked by a runner other than victim, within within.
+func (c *cluster) awaitReowned(ctx context.Context, victim string, theirs []storage.ShardID, within time.Duration) (time.Time, error) {
+	return c.locks.Await(ctx, fmt.Sprintf("the %d shards of %s to be locked by the others", len(theirs), victim), within,
+		func(h map[storage.ShardID]string) bool {
+			for _, s := range theirs {
+				if h[s] == "" || h[s] == victim {
+					return false
+				}
+			}
+			return true
+		})
 }
 
 // shardGaps returns, per shard of theirs, the time in ms from the deletion

@@ -18,6 +18,7 @@ const (
 	ScenarioLatency    = "latency"
 	ScenarioS3Cost     = "s3cost"
 	ScenarioAssign     = "assign"
+	ScenarioCall       = "call"
 	// All selects every scenario.
 	All = "all"
 )
@@ -25,7 +26,7 @@ const (
 // Names returns every scenario name in the order a run takes them.
 func Names() []string {
 	return []string{ScenarioFailover, ScenarioHandoff, ScenarioDetach, ScenarioThroughput,
-		ScenarioLatency, ScenarioS3Cost, ScenarioAssign}
+		ScenarioLatency, ScenarioS3Cost, ScenarioAssign, ScenarioCall}
 }
 
 // Defaults of a run.
@@ -56,10 +57,11 @@ type Options struct {
 	Scenarios []string
 	// Trials is the number of trials of each scenario (failover and
 	// handoff kills, detachments, throughput batches, s3cost batches, assign
-	// runs); 0 means DefaultTrials, or QuickTrials with Quick.
+	// runs, call handoffs and crashes); 0 means DefaultTrials, or QuickTrials with Quick.
 	Trials int
 	// Quick shrinks every scenario (fewer tasks, a 5s idle window, smaller
-	// assignment sizes) for a smoke run of a few seconds per scenario.
+	// assignment sizes, shorter call windows and fewer callers) for a smoke
+	// run of a few seconds per scenario.
 	Quick bool
 	// DataDir holds the servers' data, the runners' config and logs; it is
 	// kept. Empty: a temporary directory, removed after a successful run and
