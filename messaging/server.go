@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
@@ -51,7 +52,12 @@ func NewServer(d Deliverer, cfg Config, opts ...Option) (*Server, error) {
 	s := &Server{d: d, cfg: cfg, opts: newOptions(opts)}
 	s.metrics = newServerMetrics(s.opts.registry)
 	s.tracer = s.opts.tracer.Tracer(tracerName)
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.wireLimit()), grpc.MaxSendMsgSize(cfg.wireLimit())}
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.wireLimit()), grpc.MaxSendMsgSize(cfg.wireLimit()),
+		// A fixed pool of stream workers instead of a new goroutine per
+		// call: calls are short. Measured with tenure bench call (remote,
+		// 64 callers, quiet machine): 39.1k calls/s without, 39.8–40.7k
+		// with.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 	if s.opts.tls != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.opts.tls)))
 	}
