@@ -28,7 +28,8 @@ import (
 // The proof of entity messaging with `tenure run` processes (issue 12):
 // every entity answers through every runner's HTTP + JSON path, SIGTERM of
 // a runner under load costs callers nothing, SIGKILL costs its entities at
-// most the lease TTL + 0.5 s, and a runner cut from etcd refuses calls once
+// most 0.5 s after etcd revokes the dead lease (and the lease TTL + 1 s
+// from the kill; see TestCallsSIGKILLUnavailability), and a runner cut from etcd refuses calls once
 // detached while the audit finds no two runs of one entity at once, across
 // calls and tasks.
 
