@@ -2,18 +2,8 @@ package runner
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -355,54 +345,6 @@ func TestCallsTakeTurnsWithTasks(t *testing.T) {
 	}
 }
 
-// pki is a test CA and one certificate it signed for 127.0.0.1, for server
-// and client use, as PEM files.
-type pki struct{ ca, cert, key string }
-
-func newPKI(t *testing.T) pki {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "calls test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "runner"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pki{ca: write("ca.pem", "CERTIFICATE", caDER), cert: write("cert.pem", "CERTIFICATE", der), key: write("key.pem", "PRIVATE KEY", keyDER)}
-}
-
 // connectCalls returns a Connect client of the cluster, straight on etcd,
 // with more config overrides.
 func (c *testCluster) connectCalls(t *testing.T, extra ...string) *Client {
@@ -427,8 +369,8 @@ func (c *testCluster) connectCalls(t *testing.T, extra ...string) *Client {
 // replies.
 func TestCallsMutualTLS(t *testing.T) {
 	c := newTestCluster(t)
-	p := newPKI(t)
-	tlsKeys := []string{"call.tls.cert_file=" + p.cert, "call.tls.key_file=" + p.key, "call.tls.ca_file=" + p.ca}
+	p := testenv.NewPKI(t)
+	tlsKeys := []string{"call.tls.cert_file=" + p.PeerCert, "call.tls.key_file=" + p.PeerKey, "call.tls.ca_file=" + p.CA}
 	var ran atomic.Int64
 	xs := c.startCallCluster(append(tlsKeys, "call.tls.client_auth=true"), func(id string) []Option {
 		return []Option{withWho(id, &ran)}
@@ -453,7 +395,7 @@ func TestCallsMutualTLS(t *testing.T) {
 	}
 
 	// A client that trusts the CA but has no certificate of its own.
-	anon := c.connectCalls(t, "call.tls.ca_file="+p.ca)
+	anon := c.connectCalls(t, "call.tls.ca_file="+p.CA)
 	ranBefore := ran.Load()
 	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err := callWho(actx, anon, "7")

@@ -61,7 +61,7 @@ func (w *wireRecorder) take() [][]byte {
 }
 
 // writeCA writes a self-signed CA certificate and returns its file.
-func writeCA(t *testing.T) string { return newPKI(t).ca }
+func writeCA(t *testing.T) string { return testenv.NewPKI(t).CA }
 
 // TestDialEtcdSchemesOnTheWire watches what DialEtcd sends: nothing at all
 // for a CA file with an http:// endpoint (refused, naming both), a TLS
