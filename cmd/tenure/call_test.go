@@ -1,0 +1,55 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCallCommand: `tenure call` prints an entity's reply (as is, and in
+// --json), sends with --send, and fails clearly — exit 1, one line naming
+// the type — for a type no runner handles and for a call that outlives
+// --timeout.
+func TestCallCommand(t *testing.T) {
+	c := newCLICluster(t, true)
+	c.startRunner("r1", "slow=exec:sleep 5")
+
+	// The runner's shards may still be moving in: the first call waits for
+	// an owner within its timeout.
+	out := c.mustRun(Call, "echo", "e1", "--input", `{"x":1}`, "--json", "--timeout", "20s")
+	var got callJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	if got.Type != "echo" || got.ID != "e1" || string(compact(t, got.Reply)) != `{"x":1}` || got.ElapsedMS <= 0 {
+		t.Fatalf("call --json printed %+v", got)
+	}
+	if out := c.mustRun(Call, "echo", "e2", "--input", `[1,2]`); strings.TrimSpace(out) != `[1,2]` {
+		t.Fatalf("call printed %q, want the reply [1,2]", out)
+	}
+	if out := c.mustRun(Call, "echo", "e3", "--input", `{}`, "--send"); out != "" {
+		t.Fatalf("call --send printed %q, want nothing", out)
+	}
+
+	_, _, err := c.run(Call, "nope", "n1", "--input", `{}`)
+	if err == nil || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "unknown entity type") {
+		t.Fatalf("call to an unknown type: %v", err)
+	}
+	assertOneLine(t, "unknown type", err, "nope")
+
+	start := time.Now()
+	_, _, err = c.run(Call, "slow", "s1", "--timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("call past --timeout: %v", err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("call with --timeout 300ms returned after %s", d)
+	}
+
+	for _, args := range [][]string{{"echo"}, {"echo", "a", "b"}, {"echo", "a", "--input", "{not json"}} {
+		if _, _, err := c.run(Call, args...); err == nil {
+			t.Errorf("call %q: no error", args)
+		}
+	}
+}
