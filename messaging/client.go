@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const tracerName = "github.com/tenurehq/tenure/messaging"
@@ -328,8 +330,19 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 		if !sent.Load() {
 			return nil, notSent, fmt.Errorf("messaging: call %s/%s not sent to runner %s at %s: %w", cl.typ, cl.id, owner.RunnerID, owner.Addr, err)
 		}
-		if ctxErr := context.Cause(ctx); ctxErr != nil {
-			return nil, finished, fmt.Errorf("%w: call %s/%s to runner %s at %s: %w", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID, owner.Addr, ctxErr)
+		ctxErr := context.Cause(ctx)
+		if ctxErr == nil {
+			// gRPC's own deadline timer can fire just before ctx's: its
+			// status is then the first sign of the deadline.
+			switch status.Code(err) {
+			case grpccodes.DeadlineExceeded:
+				ctxErr = context.DeadlineExceeded
+			case grpccodes.Canceled:
+				ctxErr = context.Canceled
+			}
+		}
+		if ctxErr != nil {
+			return nil, finished, fmt.Errorf("%w: call %s/%s to runner %s at %s: %w (%v)", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID, owner.Addr, ctxErr, err)
 		}
 		return nil, finished, fmt.Errorf("%w: call %s/%s to runner %s at %s: %w", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID, owner.Addr, err)
 	}
