@@ -51,7 +51,7 @@ func messagingConfig(cfg Config, shards int, group string) messaging.Config {
 	return mc
 }
 
-// tlsConfig returns the messaging TLS files of the call.tls settings.
+// messaging returns the messaging TLS files of the call.tls settings.
 func (t CallTLSConfig) messaging() messaging.TLSConfig {
 	return messaging.TLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile,
 		RequireClientCert: t.ClientAuth, ServerName: t.ServerName}
