@@ -41,6 +41,7 @@ type call struct {
 	caller Caller
 	dec    context.Context // the detachment decision it was admitted under; nil: none
 	box    *mailbox
+	exec   *shardExec // the executor it was admitted to, for its entity's reminders
 	// ready is closed when a waiting message is handed the turn; granted
 	// says so (under the executor's mu).
 	ready      chan struct{}
@@ -59,6 +60,10 @@ func (c *call) Value(key any) any {
 	case callerKey:
 		if c.caller != nil {
 			return c.caller
+		}
+	case selfKey:
+		if c.exec != nil {
+			return c.exec.self(c.msg.Type, c.msg.ID, "")
 		}
 	}
 	return c.Context.Value(key)
@@ -116,7 +121,7 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 	if d.OneWay {
 		return nil, e.admitSend(d.Message, dctx, key)
 	}
-	c := &call{msg: d.Message, caller: h.caller, dec: dctx}
+	c := &call{msg: d.Message, caller: h.caller, dec: dctx, exec: e}
 	c.Context, c.cancel = context.WithCancelCause(ctx)
 	defer c.cancel(nil)
 	e.mu.Lock()
@@ -143,7 +148,7 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 // It takes its place in the mailbox before returning, so that one
 // sender's sends (and its next call) run in the order sent.
 func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error {
-	c := &call{msg: m, caller: e.h.caller, dec: dctx}
+	c := &call{msg: m, caller: e.h.caller, dec: dctx, exec: e}
 	// The send's context starts now, independent of the caller's, which
 	// ends when Deliver returns.
 	ctx, stop := context.WithTimeout(context.Background(), e.h.cfg.SendTimeout)

@@ -52,6 +52,8 @@ type env struct {
 	skew *atomic.Int64
 
 	nodes harness.Members[*node]
+	// hostOpts, if set, add options to every host started afterwards.
+	hostOpts func(n *node) []Option
 }
 
 // node is one runner: manager and host.
@@ -152,7 +154,11 @@ func (e *env) start(id string, register registerFunc) *node {
 		t.Fatal(err)
 	}
 	n := &node{id: id, env: e, proxy: p, rs: rs, reg: prometheus.NewRegistry()}
-	n.host, err = NewHost(e.runnerTaskStore(id), rs, id, e.ecfg, WithRegistry(n.reg), WithLogger(e.logs.logger(id)))
+	opts := []Option{WithRegistry(n.reg), WithLogger(e.logs.logger(id))}
+	if e.hostOpts != nil {
+		opts = append(opts, e.hostOpts(n)...)
+	}
+	n.host, err = NewHost(e.runnerTaskStore(id), rs, id, e.ecfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,6 +120,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	if e.h.caller != nil {
 		hctx = ContextWithCaller(hctx, e.h.caller)
 	}
+	hctx = e.withSelf(hctx, t.Type, t.Entity, t.ID)
 	if t.Claim != nil && t.Claim.Enforced {
 		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
 		defer stop()

@@ -31,6 +31,11 @@ type Host struct {
 	// sweepSlots bounds the shards sweeping for old finished tasks at once.
 	sweepSlots chan struct{}
 	caller     Caller // in handlers' contexts, for CallerFrom; nil: none
+	// taskClient submits reminders and places singletons; nil: neither.
+	taskClient *task.Client
+	single     *singletonTypes
+	smetrics   *singletonMetrics
+	rmetrics   *reminderMetrics
 	// routes maps a shard to the executor messages go to: the live
 	// ownership's, or a releasing one's until its release has finished
 	// (messages are refused as shard-moving meanwhile). Read lock-free on
@@ -69,7 +74,14 @@ type hostOptions struct {
 	tracer   trace.TracerProvider
 	types    *Types // registered before the host existed (WithTypes)
 	caller   Caller // handlers' CallerFrom (WithCaller)
+	tasks    *task.Client
 }
+
+// WithTaskClient gives the host the task client of its cluster and group:
+// reminders are submitted with it, and singleton types are placed by its
+// group and shard count. Without one, Remind fails with ErrNoReminders and
+// singleton types cannot be registered on the host.
+func WithTaskClient(c *task.Client) Option { return func(o *hostOptions) { o.tasks = c } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *hostOptions) { o.logger = l } }
@@ -112,6 +124,10 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		slots:      make(chan struct{}, cfg.MaxConcurrentPerRunner),
 		sweepSlots: make(chan struct{}, sweepSlots),
 		caller:     o.caller,
+		taskClient: o.tasks,
+		single:     o.types.singletons(),
+		smetrics:   newSingletonMetrics(o.registry),
+		rmetrics:   newReminderMetrics(o.registry),
 		shards:     map[storage.ShardID]*shardExec{},
 		waiting:    map[*shardExec]struct{}{},
 		active:     map[string]*attempt{},
@@ -119,6 +135,12 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		stop:       make(chan struct{}),
 	}
 	h.resident.init()
+	if names := h.single.names(); len(names) > 0 && h.taskClient == nil {
+		return nil, fmt.Errorf("%w: singleton types %v need a task client (WithTaskClient) to be placed", ErrInvalidConfig, names)
+	}
+	for _, typ := range h.single.names() {
+		h.smetrics.init(typ)
+	}
 	h.wg.Add(1)
 	go h.janitor()
 	return h, nil

@@ -67,6 +67,9 @@ type shardExec struct {
 	// dec is the detachment decision context messages were last admitted
 	// under (see decision).
 	dec atomic.Pointer[decision]
+	// singletons are the supervisors of the singleton types this
+	// ownership runs (set once at start).
+	singletons []*supervisor
 }
 
 // unit is what one worker runs: one entity-less task, or the head of a
@@ -144,6 +147,7 @@ func (e *shardExec) run() {
 		e.stopEntities()
 		close(e.stopped)
 	}()
+	e.startSingletons()
 	if e.h.cfg.TaskRetention > 0 {
 		e.workers.Add(1)
 		go e.sweep()

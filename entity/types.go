@@ -8,7 +8,8 @@ package entity
 // Run (WithTypes). The zero value is an empty set; it is safe for
 // concurrent use.
 type Types struct {
-	reg registry
+	reg    registry
+	single singletonTypes
 }
 
 // Register adds an entity type, as Host.Register does.
@@ -17,6 +18,9 @@ func (t *Types) Register(typ string, f Factory) error { return t.reg.register(ty
 // RegisterFunc adds a task type without per-entity state, as
 // Host.RegisterFunc does.
 func (t *Types) RegisterFunc(typ string, fn HandlerFunc) error { return t.reg.registerFunc(typ, fn) }
+
+// Singletons lists the registered singleton types, sorted.
+func (t *Types) Singletons() []string { return t.single.names() }
 
 // Names lists the registered types, sorted.
 func (t *Types) Names() []string { return t.reg.names() }
@@ -32,7 +36,7 @@ func (t *Types) Collect(register func(*Host) error) error {
 	if register == nil {
 		return nil
 	}
-	return register(&Host{reg: &t.reg})
+	return register(&Host{reg: &t.reg, single: &t.single})
 }
 
 // registry returns a registry of its own holding t's types (empty for nil
@@ -42,6 +46,14 @@ func (t *Types) registry() *registry {
 		return (*registry)(nil).clone()
 	}
 	return t.reg.clone()
+}
+
+// singletons returns a copy of t's singleton types (empty for nil t).
+func (t *Types) singletons() *singletonTypes {
+	if t == nil {
+		return (*singletonTypes)(nil).clone()
+	}
+	return t.single.clone()
 }
 
 // WithTypes starts the host with the types of t (more may be registered on

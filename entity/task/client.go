@@ -103,6 +103,13 @@ func NewClient(store *Store, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
+// Group returns the shard group the client submits to.
+func (c *Client) Group() string { return c.cfg.Group }
+
+// Shards returns the number of shards per group the client places tasks
+// with (the cluster meta's).
+func (c *Client) Shards() int { return c.cfg.Shards }
+
 // Store returns the client's Store.
 func (c *Client) Store() *Store { return c.store }
 
