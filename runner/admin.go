@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenurehq/tenure/entity"
 )
 
 // Status is the runner's state as GET /debug/status reports it.
@@ -37,6 +39,9 @@ type Status struct {
 	ConfigCanary     bool     `json:"config_canary"`
 	ConfigError      string   `json:"config_error"`
 	Types            []string `json:"types"`
+	// Singletons lists the singletons of the shards it owns: where they
+	// run and since when.
+	Singletons []entity.SingletonStatus `json:"singletons"`
 }
 
 // Status returns the runner's state.
@@ -62,8 +67,10 @@ func (r *Runner) Status() Status {
 		st.Weight = 0
 	}
 	mgr, host := r.parts()
+	st.Singletons = []entity.SingletonStatus{}
 	if host != nil {
 		st.Types = host.Types()
+		st.Singletons = host.Singletons()
 	}
 	if mgr == nil {
 		return st

@@ -246,13 +246,20 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	r.life.connected(stored)
 
-	caller := &lateCaller{}
-	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
-		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer), entity.WithCaller(caller))
+	group, err := submitGroup("", r.cfg, stored)
 	if err != nil {
 		return err
 	}
-	group, err := submitGroup("", r.cfg, stored)
+	// The host's own task client: reminders and singleton placement.
+	tc, err := task.NewClient(r.tasks, task.ClientConfig{Group: group, Shards: stored.Shards, Waker: r.rs,
+		Tracer: r.tracer.Tracer("github.com/tenurehq/tenure/entity"), Logger: r.base})
+	if err != nil {
+		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
+	}
+	caller := &lateCaller{}
+	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
+		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer), entity.WithCaller(caller),
+		entity.WithTaskClient(tc))
 	if err != nil {
 		return err
 	}

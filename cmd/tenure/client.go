@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
@@ -271,6 +272,8 @@ type runnerState struct {
 	Version          string
 	Types            []string
 	HasTypes         bool // the runner reported its types
+	// Singletons are the singletons it runs, as it reports them.
+	Singletons []entity.SingletonStatus
 }
 
 func decodeRunnerState(b []byte) (runnerState, error) {
@@ -289,6 +292,7 @@ func decodeRunnerState(b []byte) (runnerState, error) {
 	st.ConfigCanary = deref(field[bool](raw, "config_canary"))
 	st.ConfigError = deref(field[string](raw, "config_error"))
 	st.Version = deref(field[string](raw, "version"))
+	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))
 	if types := field[[]string](raw, "types"); types != nil {
 		st.Types, st.HasTypes = *types, true
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
@@ -50,6 +52,10 @@ none renamed or removed):
       "reachable": true,            its admin endpoint answered
       "status_error": "…"           why not, when unreachable
     }],
+    "singletons": [{                where each singleton runs, by type
+      "type": "leader", "runner": "r1", "shard": "default/5",
+      "running": true, "since": "…", "restarts": 0
+    }],
     "shards_owned": 64,             shards with a lock
     "shards_unowned": 0             shards × groups − shards_owned
   }
@@ -69,6 +75,20 @@ type StatusReport struct {
 	Runners       []RunnerReport `json:"runners"` // sorted by id
 	ShardsOwned   int            `json:"shards_owned"`
 	ShardsUnowned int            `json:"shards_unowned"` // Shards × len(Groups) − ShardsOwned
+	// Singletons lists where each singleton runs, as the runners running
+	// them report it (a singleton between owners, or on an unreachable
+	// runner, is missing), sorted by type.
+	Singletons []SingletonReport `json:"singletons"`
+}
+
+// SingletonReport is one running singleton of a StatusReport.
+type SingletonReport struct {
+	Type     string    `json:"type"`
+	Runner   string    `json:"runner"`
+	Shard    string    `json:"shard"`
+	Running  bool      `json:"running"` // false: between restarts, or stopped by a detachment
+	Since    time.Time `json:"since"`
+	Restarts int       `json:"restarts"`
 }
 
 // RunnerReport is one runner of a StatusReport.
@@ -145,10 +165,11 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *Conn, adm *admin) (*Statu
 		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
 	}
 	rep := &StatusReport{
-		Cluster: conn.Config.Cluster,
-		Shards:  conn.Meta.Shards,
-		Groups:  conn.Meta.Groups,
-		Runners: []RunnerReport{},
+		Cluster:    conn.Config.Cluster,
+		Shards:     conn.Meta.Shards,
+		Groups:     conn.Meta.Groups,
+		Runners:    []RunnerReport{},
+		Singletons: []SingletonReport{},
 	}
 	cv, err := conn.Etcd.Config(ctx)
 	if err != nil {
@@ -183,9 +204,16 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *Conn, adm *admin) (*Statu
 			rr.Attached, rr.LeaseDeadlineLagSeconds = st.Attached, st.LeaseDeadlineLag
 			rr.Mode, rr.DetachReason, rr.ConfigVersion = st.Mode, st.DetachReason, st.ConfigVersion
 			rr.Draining = rr.Draining || st.Draining
+			for _, s := range st.Singletons {
+				rep.Singletons = append(rep.Singletons, SingletonReport{Type: s.Type, Runner: r.ID, Shard: s.Shard,
+					Running: s.Running, Since: s.Since, Restarts: s.Restarts})
+			}
 		}
 		rep.Runners = append(rep.Runners, rr)
 	}
+	slices.SortFunc(rep.Singletons, func(a, b SingletonReport) int {
+		return cmp.Or(strings.Compare(a.Type, b.Type), strings.Compare(a.Runner, b.Runner))
+	})
 	return rep, nil
 }
 
@@ -235,6 +263,21 @@ func printStatus(w io.Writer, rep *StatusReport) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Addr),
 			strconv.FormatFloat(r.Weight, 'g', -1, 64), attached, r.Owned, lag, mode, config, strings.Join(notes, "; "))
+	}
+	tw.Flush()
+	if len(rep.Singletons) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SINGLETON\tRUNNER\tSHARD\tSTATE\tSINCE\tRESTARTS")
+	for _, s := range rep.Singletons {
+		state := "running"
+		if !s.Running {
+			state = "stopped"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", s.Type, s.Runner, s.Shard, state,
+			s.Since.UTC().Format(time.RFC3339), s.Restarts)
 	}
 	tw.Flush()
 }

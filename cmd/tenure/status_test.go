@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -138,5 +140,49 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	}
 	if out := c.mustRun(Drain, "odd", "--wait", "0"); !strings.Contains(out, "runner odd is draining") {
 		t.Errorf("drain --wait 0: %s", out)
+	}
+}
+
+// blockingSingleton runs until its context ends.
+type blockingSingleton struct{}
+
+func (blockingSingleton) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// TestStatusShowsSingletons: tenure status names the runner and shard
+// each singleton runs on, as the runner reports it.
+func TestStatusShowsSingletons(t *testing.T) {
+	c := newCLICluster(t, true)
+	cfg, err := runner.Load(c.cfgPath, nil, []string{"runner_id=s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(cfg, runner.WithTypes(func(h *entity.Host) error {
+		return h.RegisterSingleton("leader", func() (entity.Singleton, error) { return blockingSingleton{}, nil })
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	var rep StatusReport
+	waitUntil(t, "status to show the singleton", 30*time.Second, func() bool {
+		rep = getStatus(t, c)
+		return len(rep.Singletons) == 1 && rep.Singletons[0].Running
+	})
+	s := rep.Singletons[0]
+	want := entity.SingletonShard("default", cliShards, "leader").String()
+	if s.Type != "leader" || s.Runner != "s1" || s.Shard != want || s.Since.IsZero() {
+		t.Fatalf("singleton %+v, want leader on s1, shard %s", s, want)
+	}
+	if out := c.mustRun(Status); !strings.Contains(out, "SINGLETON") || !strings.Contains(out, "leader") {
+		t.Fatalf("human output lacks the singleton:\n%s", out)
 	}
 }
