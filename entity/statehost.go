@@ -50,11 +50,17 @@ type stateCore struct {
 	// fenced is set once a write was refused: the instance's memory is
 	// stale and it must be discarded.
 	fenced error
+	// seq numbers the snapshots Save takes; written is the latest one
+	// stored, so an older snapshot (a write-behind flush racing a task's
+	// write) is never written over a newer one.
+	seq, written int64
 	// inTask: a task's handler runs; Save stages into staged.
-	inTask bool
-	staged json.RawMessage
+	inTask    bool
+	staged    json.RawMessage
+	stagedSeq int64
 	// pending is the state a write-behind Save left dirty; timer writes it.
-	pending   json.RawMessage
+	pending    json.RawMessage
+	pendingSeq int64
 	timer     *time.Timer
 	timerDone chan struct{}
 	closed    bool
@@ -130,17 +136,19 @@ func (c *stateCore) save(ctx context.Context, raw json.RawMessage) error {
 		return fmt.Errorf("entity %s/%s: %w", c.typ, c.id, &state.TooLargeError{Key: c.key, Size: len(raw), Limit: limit})
 	}
 	c.mu.Lock()
+	c.seq++
+	seq := c.seq
 	switch {
 	case c.fenced != nil:
 		err := c.fenced
 		c.mu.Unlock()
 		return err
 	case c.inTask:
-		c.staged = raw
+		c.staged, c.stagedSeq = raw, seq
 		c.mu.Unlock()
 		return nil
 	case c.behind > 0 && !c.closed:
-		c.pending = raw
+		c.pending, c.pendingSeq = raw, seq
 		if c.timer == nil {
 			c.armLocked()
 		}
@@ -148,12 +156,13 @@ func (c *stateCore) save(ctx context.Context, raw json.RawMessage) error {
 		return nil
 	}
 	c.mu.Unlock()
-	return c.write(ctx, raw, nil)
+	return c.write(ctx, raw, seq, nil)
 }
 
-// write stores raw over the version last read or written, recording rec's
-// task when given. A refusal marks the core fenced.
-func (c *stateCore) write(ctx context.Context, raw json.RawMessage, rec *state.Applied) error {
+// write stores raw, the snapshot seq, over the version last read or
+// written, recording rec's task when given; a snapshot older than the one
+// stored is skipped. A refusal marks the core fenced.
+func (c *stateCore) write(ctx context.Context, raw json.RawMessage, seq int64, rec *state.Applied) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -161,6 +170,10 @@ func (c *stateCore) write(ctx context.Context, raw json.RawMessage, rec *state.A
 		err := c.fenced
 		c.mu.Unlock()
 		return err
+	}
+	if seq <= c.written {
+		c.mu.Unlock()
+		return nil
 	}
 	next, etag := c.env.Clone(), c.etag
 	c.mu.Unlock()
@@ -178,7 +191,7 @@ func (c *stateCore) write(ctx context.Context, raw json.RawMessage, rec *state.A
 	case err == nil:
 		m.stateSaves[stateOK].Inc()
 		m.stateBytes.Observe(float64(len(raw)))
-		c.env, c.etag = next, netag
+		c.env, c.etag, c.written = next, netag, seq
 		return nil
 	case errors.Is(err, state.ErrFenced):
 		m.stateSaves[stateConflict].Inc()
@@ -215,19 +228,17 @@ func (c *stateCore) dropTask() {
 }
 
 // endTask ends a task's handler that succeeded: the staged state, if any,
-// is written with the task's id and result (superseding a write-behind
-// pending one, which is older).
+// is written with the task's id and result. A write-behind snapshot still
+// pending is older and will be skipped.
 func (c *stateCore) endTask(ctx context.Context, id string, result json.RawMessage) error {
 	c.mu.Lock()
-	raw := c.staged
+	raw, seq := c.staged, c.stagedSeq
 	c.inTask, c.staged = false, nil
+	c.mu.Unlock()
 	if raw == nil {
-		c.mu.Unlock()
 		return nil
 	}
-	c.pending = nil
-	c.mu.Unlock()
-	return c.write(ctx, raw, &state.Applied{Task: id, Result: result})
+	return c.write(ctx, raw, seq, &state.Applied{Task: id, Result: result})
 }
 
 // armLocked starts the write-behind timer. Its callback flushes under the
@@ -255,18 +266,21 @@ func (c *stateCore) armLocked() {
 // flush writes the pending state, if any. A write that fails for a reason
 // other than the fence leaves it pending for the next flush.
 func (c *stateCore) flush(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil // a lost shard's, or close's after a release: left pending
+	}
 	c.mu.Lock()
-	raw := c.pending
+	raw, seq := c.pending, c.pendingSeq
 	c.pending = nil
 	c.mu.Unlock()
-	if raw == nil || ctx.Err() != nil {
+	if raw == nil {
 		return nil
 	}
-	err := c.write(ctx, raw, nil)
+	err := c.write(ctx, raw, seq, nil)
 	if err != nil && !errors.Is(err, state.ErrFenced) {
 		c.mu.Lock()
 		if c.pending == nil {
-			c.pending = raw
+			c.pending, c.pendingSeq = raw, seq
 		}
 		c.mu.Unlock()
 	}
