@@ -61,9 +61,9 @@ type stateCore struct {
 	// pending is the state a write-behind Save left dirty; timer writes it.
 	pending    json.RawMessage
 	pendingSeq int64
-	timer     *time.Timer
-	timerDone chan struct{}
-	closed    bool
+	timer      *time.Timer
+	timerDone  chan struct{}
+	closed     bool
 }
 
 // activateState loads and fences the state of (typ, id) for this ownership
