@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/storage"
@@ -25,10 +22,7 @@ var shard = storage.ShardID{Group: "default", Index: 3}
 func s3Store(t *testing.T, opts ...Option) (*Store, storage.ObjectStore) {
 	t.Helper()
 	gw := testenv.SharedS3(t)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	cli := awss3.New(gw.Client().Options(), func(o *awss3.Options) { o.HTTPClient = &http.Client{Transport: tr} })
-	obj, err := s3store.New(cli, gw.Bucket(t), s3store.WithPrefix("tenure/"+testenv.Name(t, 40)+"/"))
+	obj, err := s3store.New(gw.Client(), gw.Bucket(t), s3store.WithPrefix("state-test/"+testenv.Name(t, 40)+"/"))
 	if err != nil {
 		t.Fatalf("s3 store: %v", err)
 	}
