@@ -407,3 +407,44 @@ func TestStateLimits(t *testing.T) {
 	}
 	mustCall(t, b, "counter", "bad", `{"add":1}`, `{"total":1}`)
 }
+
+// typedCounter is the durable counter as a typed handler; {"clear":true}
+// clears the state.
+type typedCounter struct{ st *State[counterState] }
+
+func (c *typedCounter) Handle(ctx context.Context, _ *task.Task, in struct {
+	Add   int  `json:"add"`
+	Clear bool `json:"clear"`
+}) (counterState, error) {
+	if in.Clear {
+		return counterState{}, c.st.Clear(ctx)
+	}
+	c.st.Get().Total += in.Add
+	return *c.st.Get(), c.st.Save(ctx)
+}
+
+// TestStateTypedAndClear: StatefulHandler adapts a typed handler; Clear
+// stores null and keeps the fence (the object stays, its epoch recorded).
+func TestStateTypedAndClear(t *testing.T) {
+	e, _ := stateEnv(t)
+	b := e.bareHost(func(h *Host) {
+		f := StatefulHandler(func(_ string, st *State[counterState]) (Handler[struct {
+			Add   int  `json:"add"`
+			Clear bool `json:"clear"`
+		}, counterState], error) {
+			return &typedCounter{st: st}, nil
+		})
+		if err := h.Register("typed", f); err != nil {
+			t.Fatal(err)
+		}
+	})
+	b.own(shard0, 100)
+	mustCall(t, b, "typed", "t1", `{"add":4}`, `{"total":4}`)
+	mustCall(t, b, "typed", "t1", `{"clear":true}`, `{"total":0}`)
+	env := e.stored("typed", "t1")
+	if env.HasState() || env.Epoch != 100 || env.Rev != 3 {
+		t.Fatalf("after Clear: %+v, want null state, epoch 100, rev 3", env)
+	}
+	b.resident.passivateIdle(b.Host, time.Now())
+	mustCall(t, b, "typed", "t1", `{"add":1}`, `{"total":1}`)
+}
