@@ -45,7 +45,9 @@ func TaskID(name string, gen int64, tick time.Time) string { return deriveID("cr
 // gen) for tick, derived as TaskID is, with prefix "sched". Ids are
 // unique within a shard only, and many schedules share a shard: the name
 // is part of it.
-func DriverID(name string, gen int64, tick time.Time) string { return deriveID("sched", name, gen, tick) }
+func DriverID(name string, gen int64, tick time.Time) string {
+	return deriveID("sched", name, gen, tick)
+}
 
 func deriveID(prefix, name string, gen int64, tick time.Time) string {
 	suffix := "-" + strconv.FormatInt(gen, 10) + "-" + strconv.FormatInt(tick.Unix(), 10)
