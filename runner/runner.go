@@ -246,6 +246,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	r.life.connected(stored)
 
+	if err := r.registerSchedules(stored); err != nil {
+		return err
+	}
 	caller := &lateCaller{}
 	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
 		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer), entity.WithCaller(caller))
