@@ -26,9 +26,9 @@ commands:
 EXPR has 5 fields (minute hour day-of-month month day-of-week), 6 with
 leading seconds, or is a descriptor: @hourly, @daily, @every 30s. ZONE is
 an IANA zone (default UTC). Each tick fires exactly one task, with the id
-cron-NAME-GENERATION-UNIXSECONDS. A tick the cluster reaches more than 1s
-late (a failover) fires late under --catch-up once, not at all under skip
-(the default). Every command takes --json and --group.
+cron-NAME-GENERATION-UNIXSECONDS. Ticks the cluster reaches more than 2s
+late (a failover) are missed: --catch-up once fires the latest of them,
+late; skip (the default) fires none. Every command takes --json and --group.
 `
 
 // Schedule runs `tenure schedule <command>`.

@@ -9,10 +9,11 @@
 // runs them; failover, takeover and fencing are the task protocol's.
 //
 // At tick T the driver reads the schedule: gone, of another generation, or
-// paused, and the chain ends. Otherwise it fires — submits the schedule's
-// task with the id TaskID(name, generation, T) — when it reached T within
-// the grace (DefaultGrace, WithGrace), or later under CatchUpOnce; a tick
-// reached later under CatchUpSkip is not fired. Then it submits the driver
+// paused, and the chain ends. Otherwise it fires T — submits the
+// schedule's task with the id TaskID(name, generation, T) — when it
+// reached T within the grace (DefaultGrace, WithGrace). Reached later, T
+// is missed: CatchUpOnce fires the latest tick due instead, late, standing
+// for all the missed ones; CatchUpSkip fires nothing. Then it submits the driver
 // of the first tick after max(T, now) (DriverID, the same derivation) and
 // completes. Because both ids are functions of (schedule, generation,
 // tick), a driver run twice (a crash before its commit, a takeover) or two
@@ -24,6 +25,12 @@
 // was deleted: the generation is the creation time in Unix nanoseconds
 // (S3 time), so a delete leaves no tombstone and the old chain stops at its
 // next tick, which finds another generation (or none).
+//
+// Failover: ticks are missed for as long as the schedule's shard has no
+// owner (the lease TTL after a crash), plus the task lease when the driver
+// was running, plus up to the entity's OrphanWait when the crash fell
+// between the ready pointer and the object of the next driver (the
+// pointer then heads the driver entity's mailbox that long).
 //
 // Costs: a tick is one schedule GET, one S3 time read (usually cached), and
 // two Submits (fired task and next driver: a pointer PUT and a conditional

@@ -13,9 +13,9 @@ import (
 	"github.com/tenurehq/tenure/entity/task"
 )
 
-// maxCounted bounds the passed-over ticks one driver run counts, so that a
-// cluster back after a long outage of an every-second schedule does not
-// spin.
+// maxCounted bounds the due ticks one driver run walks, so that a cluster
+// back after a long outage of an every-second schedule does not spin (the
+// count, and under CatchUpOnce the tick fired, then stop there).
 const maxCounted = 100_000
 
 // Register registers the driver task type DriverType on t, driven by c:
@@ -35,13 +35,13 @@ type Result struct {
 	Stopped string `json:"stopped,omitempty"`
 	// Outcome is the tick's: on_time, late or skipped.
 	Outcome string `json:"outcome,omitempty"`
-	// Fired is the id of the task fired for the tick ("" when skipped).
+	// Fired is the id of the task fired ("" when none was).
 	Fired string `json:"fired,omitempty"`
 	// LagMS is how late the driver reached its tick, in milliseconds.
 	LagMS int64 `json:"lag_ms"`
-	// Passed counts the ticks after this one that were not driven (the
-	// driver came back after them); none of them fired.
-	Passed int `json:"passed,omitempty"`
+	// Skipped counts the missed ticks (this one and those after it, up to
+	// now − grace) that did not fire.
+	Skipped int `json:"skipped,omitempty"`
 	// Next is the tick the chain goes on with (zero: the expression never
 	// fires again).
 	Next time.Time `json:"next,omitzero"`
@@ -49,39 +49,48 @@ type Result struct {
 
 // decision is what the driver does at a tick.
 type decision struct {
-	fire    bool
-	outcome string
-	lag     time.Duration
-	next    time.Time
-	passed  int
+	fire     bool
+	fireTick time.Time
+	outcome  string
+	lag      time.Duration // of the driver's tick
+	next     time.Time
+	skipped  int
 }
 
 // decide is the driver's rule, a pure function of the schedule, its tick
-// and the time the driver reached it:
+// and the time the driver reached it. A tick is missed when it is reached
+// more than the grace after it:
 //
-//   - within the grace: fire, on time;
-//   - later (missed): CatchUpOnce fires the tick, late, standing for all
-//     the ticks missed since; CatchUpSkip fires nothing;
-//   - either way the chain goes on with the first tick after max(tick,
-//     now); the ticks before it that no driver reached are counted
-//     skipped.
+//   - tick within the grace: it fires, on time, and the chain goes on
+//     with the tick after it (due already or not: a due one is within the
+//     grace too, so its driver runs at once and fires it on time);
+//   - tick missed: so are all the ticks up to now − grace. Under
+//     CatchUpOnce the latest of them fires, late, standing for all; under
+//     CatchUpSkip none does. The chain goes on with the first tick not
+//     missed. The missed ticks that did not fire are counted skipped.
+//
+// Firing the latest missed tick rather than the first (as Kubernetes
+// CronJobs do) also keeps catch-up from firing twice when a crash forked
+// the chain (a driver that submitted its successor and died before its
+// commit runs again and submits another): forks that are late together
+// fire the same latest tick, whose id is the same.
 func decide(s *Schedule, sched cron.Schedule, loc *time.Location, tick, now time.Time, grace time.Duration) decision {
 	d := decision{lag: now.Sub(tick)}
-	switch {
-	case d.lag <= grace:
-		d.fire, d.outcome = true, OutcomeOnTime
-	case s.CatchUp == CatchUpOnce:
-		d.fire, d.outcome = true, OutcomeLate
-	default:
-		d.outcome = OutcomeSkipped
+	cutoff := now.Add(-grace) // ticks before it are missed
+	if !tick.Before(cutoff) {
+		d.fire, d.fireTick, d.outcome = true, tick, OutcomeOnTime
+		d.next = next(sched, loc, tick)
+		return d
 	}
-	from := tick
-	if now.After(from) {
-		from = now
+	d.next = next(sched, loc, cutoff.Add(-time.Nanosecond))
+	latest, missed := tick, 1
+	for t := next(sched, loc, tick); !t.IsZero() && t.Before(d.next) && missed < maxCounted; t = next(sched, loc, t) {
+		latest = t
+		missed++
 	}
-	d.next = next(sched, loc, from)
-	for t := next(sched, loc, tick); !t.IsZero() && t.Before(d.next) && d.passed < maxCounted; t = next(sched, loc, t) {
-		d.passed++
+	d.outcome, d.skipped = OutcomeSkipped, missed
+	if s.CatchUp == CatchUpOnce {
+		d.fire, d.fireTick, d.outcome, d.skipped = true, latest, OutcomeLate, missed-1
 	}
 	return d
 }
@@ -123,34 +132,32 @@ func (c *Client) drive(ctx context.Context, t *task.Task) (json.RawMessage, erro
 		return nil, err
 	}
 	d := decide(s, sched, loc, in.Tick, now, c.grace)
-	res := Result{Outcome: d.outcome, LagMS: d.lag.Milliseconds(), Passed: d.passed, Next: d.next}
+	res := Result{Outcome: d.outcome, LagMS: d.lag.Milliseconds(), Skipped: d.skipped, Next: d.next}
 	if d.fire {
-		id, err := c.fire(ctx, s, in.Tick, d)
+		id, err := c.fire(ctx, s, d.fireTick, d.outcome, now.Sub(d.fireTick))
 		if err != nil {
 			return nil, err
 		}
 		res.Fired = id
-	} else {
-		c.m.fires.WithLabelValues(OutcomeSkipped).Inc()
 	}
-	c.m.fires.WithLabelValues(OutcomeSkipped).Add(float64(d.passed))
+	c.m.fires.WithLabelValues(OutcomeSkipped).Add(float64(d.skipped))
 	if !d.next.IsZero() {
 		if err := c.submitDriver(ctx, s, d.next); err != nil {
 			return nil, fmt.Errorf("schedule %s: scheduling tick %s: %w", name, d.next.Format(time.RFC3339), err)
 		}
 	}
-	if d.outcome != OutcomeOnTime || d.passed > 0 {
+	if d.outcome != OutcomeOnTime || d.skipped > 0 {
 		c.log.Info("schedule: tick missed", "schedule", name, "tick", in.Tick, "lag", d.lag, "outcome", d.outcome,
-			"passed", d.passed, "catch_up", s.CatchUp, "next", d.next)
+			"fired", res.Fired, "skipped", d.skipped, "catch_up", s.CatchUp, "next", d.next)
 	}
 	return result(res)
 }
 
-// fire submits the task of s for tick and returns its id. A task the
+// fire submits the task of s for tick, lag after it, and returns its id. A task the
 // cluster refuses for good (its input over a lowered limit, the id taken
 // by another task) loses this tick only: it is logged and counted
 // skipped, and the chain goes on.
-func (c *Client) fire(ctx context.Context, s *Schedule, tick time.Time, d decision) (string, error) {
+func (c *Client) fire(ctx context.Context, s *Schedule, tick time.Time, outcome string, lag time.Duration) (string, error) {
 	id := TaskID(s.Name, s.Generation, tick)
 	_, created, err := c.tasks.Submit(ctx, task.SubmitRequest{ID: id, Type: s.Type, Entity: s.Entity, Input: s.Input})
 	if errors.Is(err, task.ErrInvalid) || errors.Is(err, task.ErrInputTooLarge) || errors.Is(err, task.ErrConflict) {
@@ -162,8 +169,8 @@ func (c *Client) fire(ctx context.Context, s *Schedule, tick time.Time, d decisi
 		return "", fmt.Errorf("schedule %s: firing tick %s (task %s): %w", s.Name, tick.Format(time.RFC3339), id, err)
 	}
 	if created { // a repeated run counts nothing twice
-		c.m.fires.WithLabelValues(d.outcome).Inc()
-		c.m.lag.Observe(d.lag.Seconds())
+		c.m.fires.WithLabelValues(outcome).Inc()
+		c.m.lag.Observe(lag.Seconds())
 	}
 	return id, nil
 }

@@ -19,25 +19,34 @@ func TestDecide(t *testing.T) {
 	tick := time.Date(2026, 11, 22, 17, 6, 0, 0, time.UTC)
 	skip, once := &Schedule{CatchUp: CatchUpSkip}, &Schedule{CatchUp: CatchUpOnce}
 	cases := []struct {
-		name    string
-		s       *Schedule
-		lag     time.Duration
-		fire    bool
-		outcome string
-		next    time.Time
-		passed  int
+		name     string
+		s        *Schedule
+		lag      time.Duration
+		fire     bool
+		fireTick time.Time
+		outcome  string
+		next     time.Time
+		skipped  int
 	}{
-		{"early", skip, -300 * time.Millisecond, true, OutcomeOnTime, tick.Add(time.Second), 0},
-		{"on time", skip, 200 * time.Millisecond, true, OutcomeOnTime, tick.Add(time.Second), 0},
-		{"at the grace", skip, time.Second, true, OutcomeOnTime, tick.Add(2 * time.Second), 1},
-		{"missed, skip", skip, 3500 * time.Millisecond, false, OutcomeSkipped, tick.Add(4 * time.Second), 3},
-		{"missed, once", once, 3500 * time.Millisecond, true, OutcomeLate, tick.Add(4 * time.Second), 3},
+		{"early", skip, -300 * time.Millisecond, true, tick, OutcomeOnTime, tick.Add(time.Second), 0},
+		{"on time", skip, 200 * time.Millisecond, true, tick, OutcomeOnTime, tick.Add(time.Second), 0},
+		// The next tick is due already, within the grace: its driver fires it.
+		{"at the grace", skip, time.Second, true, tick, OutcomeOnTime, tick.Add(time.Second), 0},
+		// Missed: ticks +0, +1 and +2 are more than 1s old at +3.5s.
+		{"missed, skip", skip, 3500 * time.Millisecond, false, time.Time{}, OutcomeSkipped, tick.Add(3 * time.Second), 3},
+		{"missed, once", once, 3500 * time.Millisecond, true, tick.Add(2 * time.Second), OutcomeLate, tick.Add(3 * time.Second), 2},
 	}
 	for _, c := range cases {
 		d := decide(c.s, every1s, time.UTC, tick, tick.Add(c.lag), time.Second)
-		if d.fire != c.fire || d.outcome != c.outcome || !d.next.Equal(c.next) || d.passed != c.passed {
-			t.Errorf("%s: %+v, want fire %v %s next %s passed %d", c.name, d, c.fire, c.outcome, c.next, c.passed)
+		if d.fire != c.fire || !d.fireTick.Equal(c.fireTick) || d.outcome != c.outcome || !d.next.Equal(c.next) || d.skipped != c.skipped {
+			t.Errorf("%s: %+v, want fire %v %s %s next %s skipped %d", c.name, d, c.fire, c.fireTick, c.outcome, c.next, c.skipped)
 		}
+	}
+	// Two forks of one chain, late together, fire the same tick.
+	a := decide(once, every1s, time.UTC, tick, tick.Add(3200*time.Millisecond), time.Second)
+	b := decide(once, every1s, time.UTC, tick.Add(time.Second), tick.Add(3300*time.Millisecond), time.Second)
+	if !a.fireTick.Equal(b.fireTick) || !a.next.Equal(b.next) {
+		t.Fatalf("forks fire %s and %s, go on at %s and %s", a.fireTick, b.fireTick, a.next, b.next)
 	}
 	// A zone: 03:00 Paris in winter is 02:00 UTC.
 	sched, loc, err := parse("0 3 * * *", "Europe/Paris")
@@ -95,18 +104,22 @@ func TestDriverFiresOnce(t *testing.T) {
 		t.Fatalf("on_time fires = %v, want 1 (a repeat counts nothing)", got)
 	}
 
-	// The next tick is reached 2.5 s late: skipped, the chain goes on.
+	// The next tick is reached 2.5 s late, past the 2 s grace: missed, as
+	// is none after it; the chain goes on with the tick 1 s after it, due
+	// and within the grace.
 	next := tick.Add(time.Second)
 	e.clock.set(next.Add(2500 * time.Millisecond))
 	r := run(next, s.Generation)
-	if r.Outcome != OutcomeSkipped || r.Fired != "" || r.Passed != 2 || !r.Next.Equal(next.Add(3*time.Second)) {
+	if r.Outcome != OutcomeSkipped || r.Fired != "" || r.Skipped != 1 || !r.Next.Equal(next.Add(time.Second)) {
 		t.Fatalf("late tick, skip: %+v", r)
 	}
-	if got := testutil.ToFloat64(e.c.m.fires.WithLabelValues(OutcomeSkipped)); got != 3 {
-		t.Fatalf("skipped = %v, want 3", got)
+	if got := testutil.ToFloat64(e.c.m.fires.WithLabelValues(OutcomeSkipped)); got != 1 {
+		t.Fatalf("skipped = %v, want 1", got)
 	}
 
-	// Under catch-up once the same lateness fires the tick, late.
+	// Under catch-up once a late tick fires the latest missed tick, late:
+	// at +5s with a 2s grace ticks +0…+2 are missed (+3 is exactly the
+	// grace late: on time); +2 fires.
 	s2, err := e.c.Create(ctx, Spec{Name: "late", Cron: "@every 1s", Type: "echo", CatchUp: CatchUpOnce})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +129,7 @@ func TestDriverFiresOnce(t *testing.T) {
 	d := e.task(t, s2.Shard, DriverID("late", s2.Generation, first))
 	out, err := e.c.drive(ctx, d)
 	var r2 Result
-	if err != nil || json.Unmarshal(out, &r2) != nil || r2.Outcome != OutcomeLate || r2.Fired != TaskID("late", s2.Generation, first) || r2.Passed != 5 {
+	if err != nil || json.Unmarshal(out, &r2) != nil || r2.Outcome != OutcomeLate || r2.Fired != TaskID("late", s2.Generation, first.Add(2*time.Second)) || r2.Skipped != 2 || !r2.Next.Equal(first.Add(3*time.Second)) {
 		t.Fatalf("late tick, once: %s %v", out, err)
 	}
 

@@ -10,10 +10,10 @@ import (
 const (
 	// OutcomeOnTime: the tick fired within the grace.
 	OutcomeOnTime = "on_time"
-	// OutcomeLate: a missed tick fired anyway (CatchUpOnce).
+	// OutcomeLate: a tick fired after the grace (CatchUpOnce's catch-up).
 	OutcomeLate = "late"
-	// OutcomeSkipped: a tick that did not fire (missed under CatchUpSkip,
-	// or passed over while the driver was away).
+	// OutcomeSkipped: a due tick that did not fire (missed under
+	// CatchUpSkip, or one of the missed ticks a catch-up stands for).
 	OutcomeSkipped = "skipped"
 )
 
@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		fires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_schedule_fires_total",
-			Help: "Schedule ticks by outcome: on_time (fired within the grace), late (a missed tick fired by catch-up once), skipped (not fired).",
+			Help: "Schedule ticks by outcome: on_time (fired within the grace), late (fired after the grace by catch-up once), skipped (not fired).",
 		}, []string{"outcome"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tenure_schedule_fire_lag_seconds",

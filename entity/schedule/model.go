@@ -21,9 +21,8 @@ const (
 	// CatchUpSkip (the default) fires no missed tick: the schedule goes on
 	// with the first tick after now.
 	CatchUpSkip CatchUp = "skip"
-	// CatchUpOnce fires the earliest missed tick once, late, standing for
-	// all the ticks missed since, then goes on with the first tick after
-	// now.
+	// CatchUpOnce fires the latest missed tick once, late, standing for
+	// all the ticks missed, then goes on with the first tick after now.
 	CatchUpOnce CatchUp = "once"
 )
 
