@@ -246,6 +246,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	}
 	r.life.connected(stored)
 
+	if err := r.registerSchedules(stored); err != nil {
+		return err
+	}
 	group, err := submitGroup("", r.cfg, stored)
 	if err != nil {
 		return err

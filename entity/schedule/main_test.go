@@ -1,0 +1,109 @@
+package schedule
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/storage"
+	s3store "github.com/tenurehq/tenure/storage/s3"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// t0 is the fake S3 time tests start at, with a fraction of a second so
+// that tick rounding shows.
+var t0 = time.Date(2026, 11, 22, 17, 5, 12, 123e6, time.UTC)
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// fakeClock is an S3 clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func (c *fakeClock) ServerTime(context.Context) (storage.ServerTime, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return storage.ServerTime{Now: c.now}, nil
+}
+
+// env is a schedule Client on a fresh prefix of the shared VersityGW
+// bucket, whose task store reads the fake clock.
+type env struct {
+	c     *Client
+	tasks *task.Client
+	clock *fakeClock
+	reg   *prometheus.Registry
+}
+
+func newEnv(t *testing.T, shards int, opts ...Option) *env {
+	t.Helper()
+	gw := testenv.SharedS3(t)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	cli := awss3.New(gw.Client().Options(), func(o *awss3.Options) { o.HTTPClient = &http.Client{Transport: tr} })
+	obj, err := s3store.New(cli, gw.Bucket(t), s3store.WithPrefix("tenure/"+testenv.Name(t, 40)+"/"))
+	if err != nil {
+		t.Fatalf("s3 store: %v", err)
+	}
+	clock := &fakeClock{now: t0}
+	tc, err := task.NewClient(task.NewStore(obj, task.WithClock(clock.ServerTime)), task.ClientConfig{Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	c, err := NewClient(tc, append([]Option{WithShards(shards), WithRegistry(reg)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{c: c, tasks: tc, clock: clock, reg: reg}
+}
+
+// task returns the task id of shard, failing the test when it is missing.
+func (e *env) task(t *testing.T, shard storage.ShardID, id string) *task.Task {
+	t.Helper()
+	tk, err := e.tasks.Get(testCtx(t), task.Ref(shard, id))
+	if err != nil {
+		t.Fatalf("task %s/%s: %v", shard, id, err)
+	}
+	return tk
+}
+
+// taskIDs lists the ids of every task of the env, by type.
+func (e *env) taskIDs(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	after := ""
+	for {
+		ts, next, err := e.tasks.List(testCtx(t), task.ListOptions{After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			out[tk.Type] = append(out[tk.Type], tk.ID)
+		}
+		if next == "" {
+			return out
+		}
+		after = next
+	}
+}

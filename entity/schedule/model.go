@@ -1,0 +1,180 @@
+package schedule
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// CatchUp says what a schedule does with ticks its driver reaches later
+// than the grace (a failover, a cluster that was down).
+type CatchUp string
+
+const (
+	// CatchUpSkip (the default) fires no missed tick: the schedule goes on
+	// with the first tick after now.
+	CatchUpSkip CatchUp = "skip"
+	// CatchUpOnce fires the latest missed tick once, late, standing for
+	// all the ticks missed, then goes on with the first tick after now.
+	CatchUpOnce CatchUp = "once"
+)
+
+// Valid reports whether c is a catch-up policy.
+func (c CatchUp) Valid() bool { return c == CatchUpSkip || c == CatchUpOnce }
+
+// parser accepts 5 fields, an optional leading seconds field (6 fields),
+// and descriptors (@hourly, @every 1s).
+var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Spec describes a schedule to create.
+type Spec struct {
+	// Name identifies the schedule in its shard group: the rule of task ids
+	// (task.ValidateID). Required.
+	Name string
+	// Cron is the expression: 5 fields (minute hour dom month dow), 6 with
+	// leading seconds, or a descriptor (@hourly, @daily, @every 30s).
+	// Required.
+	Cron string
+	// TZ is the IANA zone the expression is read in (time.LoadLocation);
+	// empty means UTC.
+	TZ string
+	// Type, Entity and Input are those of the task fired at each tick (see
+	// task.SubmitRequest). Type is required.
+	Type   string
+	Entity string
+	Input  json.RawMessage
+	// CatchUp defaults to CatchUpSkip.
+	CatchUp CatchUp
+}
+
+// Schedule is a stored schedule: the object at Key(shard, name).
+type Schedule struct {
+	Name    string          `json:"name"`
+	Cron    string          `json:"cron"`
+	TZ      string          `json:"tz,omitempty"`
+	Type    string          `json:"type"`
+	Entity  string          `json:"entity,omitempty"`
+	Input   json.RawMessage `json:"input,omitempty"`
+	CatchUp CatchUp         `json:"catch_up"`
+	Paused  bool            `json:"paused"`
+	// Generation tells this schedule from an earlier one of the same name
+	// that was deleted: it is the creation time in Unix nanoseconds (S3
+	// time), so no tombstone has to outlive a delete. Driver and fired task
+	// ids carry it, so an old chain stops and never collides with a new one.
+	Generation int64     `json:"generation"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	// Rev counts the writes of this generation (1 at create); every write
+	// changes it, so the object's ETag changes too.
+	Rev int64 `json:"rev"`
+	// Shard is where the schedule lives: the shard of its driver entity.
+	Shard storage.ShardID `json:"-"`
+}
+
+// Ref returns "group/index/name".
+func (s *Schedule) Ref() string { return s.Shard.String() + "/" + s.Name }
+
+// Next returns the schedule's first tick strictly after t, or the zero
+// time when its expression never fires again (or does not parse: a stored
+// schedule was checked at create).
+func (s *Schedule) Next(t time.Time) time.Time {
+	sched, loc, err := parse(s.Cron, s.TZ)
+	if err != nil {
+		return time.Time{}
+	}
+	return next(sched, loc, t)
+}
+
+// next is sched's first tick after t, read in loc, in UTC. Ticks are whole
+// seconds (the finest cron field) so that ids derived from their Unix
+// seconds are exact.
+func next(sched cron.Schedule, loc *time.Location, t time.Time) time.Time {
+	n := sched.Next(t.In(loc))
+	if n.IsZero() {
+		return n
+	}
+	return n.Truncate(time.Second).UTC()
+}
+
+// parse parses a cron expression and zone, naming the field at fault.
+func parse(expr, tz string) (_ cron.Schedule, _ *time.Location, err error) {
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, nil, &ValidationError{Field: "tz", Value: strconv.Quote(tz), Rule: "is not a known IANA time zone", Err: err}
+	}
+	if e := strings.TrimSpace(expr); strings.HasPrefix(e, "TZ=") || strings.HasPrefix(e, "CRON_TZ=") {
+		return nil, nil, &ValidationError{Field: "cron", Value: strconv.Quote(abbrev(expr, 60)), Rule: "give the time zone with tz, not in the expression"}
+	}
+	// A parser that panics on some input must not take the caller down.
+	defer func() {
+		if r := recover(); r != nil {
+			err = &ValidationError{Field: "cron", Value: strconv.Quote(abbrev(expr, 60)), Rule: fmt.Sprint("does not parse: ", r)}
+		}
+	}()
+	sched, err := parser.Parse(expr)
+	if err != nil {
+		return nil, nil, &ValidationError{Field: "cron", Value: strconv.Quote(abbrev(expr, 60)),
+			Rule: "does not parse (5 fields, 6 with seconds, or @every/@hourly/@daily…): " + err.Error(), Err: err}
+	}
+	return sched, loc, nil
+}
+
+// validate checks a spec and fills its defaults. maxInput is the task
+// store's input limit (0: unchecked).
+func (sp *Spec) validate(maxInput int) error {
+	if err := task.ValidateID(sp.Name); err != nil {
+		return &ValidationError{Field: "name", Value: strconv.Quote(abbrev(sp.Name, 60)), Rule: "must be 1 to 256 bytes of [A-Za-z0-9_:-]", Err: err}
+	}
+	if _, _, err := parse(sp.Cron, sp.TZ); err != nil {
+		return err
+	}
+	if err := task.ValidateType(sp.Type); err != nil {
+		return &ValidationError{Field: "type", Value: strconv.Quote(abbrev(sp.Type, 60)), Rule: "must be 1 to 256 bytes of [A-Za-z0-9_:-]", Err: err}
+	}
+	if err := task.ValidateEntity(sp.Entity); err != nil {
+		return &ValidationError{Field: "entity", Rule: err.Error(), Err: err}
+	}
+	if len(sp.Input) > 0 && !json.Valid(sp.Input) {
+		return &ValidationError{Field: "input", Value: strconv.Quote(abbrev(string(sp.Input), 60)), Rule: "is not valid JSON"}
+	}
+	if maxInput > 0 && len(sp.Input) > maxInput {
+		return &ValidationError{Field: "input", Rule: fmt.Sprintf("is %d bytes, the task input limit is %d", len(sp.Input), maxInput)}
+	}
+	if sp.CatchUp == "" {
+		sp.CatchUp = CatchUpSkip
+	}
+	if !sp.CatchUp.Valid() {
+		return &ValidationError{Field: "catch_up", Value: strconv.Quote(abbrev(string(sp.CatchUp), 60)), Rule: `must be "skip" or "once"`}
+	}
+	return nil
+}
+
+// check validates a decoded schedule: what a stored object must hold for
+// the driver to act on it.
+func (s *Schedule) check() error {
+	sp := Spec{Name: s.Name, Cron: s.Cron, TZ: s.TZ, Type: s.Type, Entity: s.Entity, Input: s.Input, CatchUp: s.CatchUp}
+	if err := sp.validate(0); err != nil {
+		return err
+	}
+	if s.CatchUp == "" {
+		return &ValidationError{Field: "catch_up", Rule: "is missing"}
+	}
+	if s.Generation <= 0 || s.Rev <= 0 {
+		return &ValidationError{Field: "generation/rev", Value: fmt.Sprintf("%d/%d", s.Generation, s.Rev), Rule: "must be positive"}
+	}
+	return nil
+}
+
+func abbrev(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
