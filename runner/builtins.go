@@ -37,15 +37,29 @@ func BuiltinTypes() []string { return []string{TypeCounter, TypeEcho, TypeSleep}
 // its input (null when empty); "sleep", with input {"ms": N}, sleeps N
 // milliseconds (cut short when the task is interrupted) and returns
 // {"slept_ms": N}; "counter" keeps a durable total per entity (see
-// TypeCounter and counter.go).
+// TypeCounter and CounterFactory).
 func RegisterBuiltins(h *entity.Host) error {
-	if err := h.RegisterFunc(TypeEcho, echo); err != nil {
-		return err
+	for _, typ := range BuiltinTypes() {
+		if err := RegisterBuiltin(h, typ); err != nil {
+			return err
+		}
 	}
-	if err := h.RegisterFunc(TypeSleep, sleep); err != nil {
-		return err
+	return nil
+}
+
+// RegisterBuiltin registers the one built-in type typ on h: for an embedder
+// that serves a type of its own under one of the built-in names
+// (examples/counter has its own counter).
+func RegisterBuiltin(h *entity.Host, typ string) error {
+	switch typ {
+	case TypeEcho:
+		return h.RegisterFunc(TypeEcho, echo)
+	case TypeSleep:
+		return h.RegisterFunc(TypeSleep, sleep)
+	case TypeCounter:
+		return h.Register(TypeCounter, CounterFactory())
 	}
-	return h.Register(TypeCounter, CounterFactory())
+	return fmt.Errorf("%w: %q is not a built-in type (%v)", ErrInvalidConfig, typ, BuiltinTypes())
 }
 
 func echo(_ context.Context, t *task.Task) (json.RawMessage, error) {
