@@ -218,15 +218,21 @@ func TestReportTable(t *testing.T) {
 // shared S3 gateway (which changes the working directory).
 var pkgDir, _ = os.Getwd()
 
+// sharedInfra is the tests' shared etcd and S3 servers, with a bucket of
+// the test's own.
+func sharedInfra(t *testing.T) *Infra {
+	s3 := testenv.SharedS3(t)
+	ak, sk := s3.Credentials()
+	return &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
+		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+}
+
 // TestCallScenario runs call quickly against the shared servers, with
 // runner processes of a freshly built tenure: every figure must be there,
 // and the happy paths and the planned handoff must show no error. Timings
 // are reported, not asserted.
 func TestCallScenario(t *testing.T) {
-	s3 := testenv.SharedS3(t)
-	ak, sk := s3.Credentials()
-	infra := &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
-		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	infra := sharedInfra(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "tenure")
@@ -284,10 +290,7 @@ func TestCallScenario(t *testing.T) {
 // warm: GET; after a handoff: GET + fencing replace; save: one replace),
 // and every latency is there. Timings are reported, not asserted.
 func TestStateScenario(t *testing.T) {
-	s3 := testenv.SharedS3(t)
-	ak, sk := s3.Credentials()
-	infra := &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
-		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	infra := sharedInfra(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress strings.Builder
