@@ -21,6 +21,9 @@ const (
 	// TypeSleep sleeps {"ms": N} milliseconds, honouring interruption, and
 	// returns {"slept_ms": N}.
 	TypeSleep = "sleep"
+	// TypeCounter is a durable counter per entity id: {"add": N} adds N to
+	// its total, {} (or no input) reads it; both return {"total": T}.
+	TypeCounter = "counter"
 )
 
 // maxSleep bounds the built-in sleep's input, so that a typo cannot hold a
@@ -28,17 +31,35 @@ const (
 const maxSleep = 24 * time.Hour
 
 // BuiltinTypes returns the built-in task types, sorted.
-func BuiltinTypes() []string { return []string{TypeEcho, TypeSleep} }
+func BuiltinTypes() []string { return []string{TypeCounter, TypeEcho, TypeSleep} }
 
 // RegisterBuiltins registers the built-in task types on h: "echo" returns
 // its input (null when empty); "sleep", with input {"ms": N}, sleeps N
 // milliseconds (cut short when the task is interrupted) and returns
-// {"slept_ms": N}.
+// {"slept_ms": N}; "counter" keeps a durable total per entity (see
+// TypeCounter and CounterFactory).
 func RegisterBuiltins(h *entity.Host) error {
-	if err := h.RegisterFunc(TypeEcho, echo); err != nil {
-		return err
+	for _, typ := range []string{TypeEcho, TypeSleep, TypeCounter} {
+		if err := RegisterBuiltin(h, typ); err != nil {
+			return err
+		}
 	}
-	return h.RegisterFunc(TypeSleep, sleep)
+	return nil
+}
+
+// RegisterBuiltin registers the one built-in type typ on h: for an embedder
+// that serves a type of its own under one of the built-in names
+// (examples/counter has its own counter).
+func RegisterBuiltin(h *entity.Host, typ string) error {
+	switch typ {
+	case TypeEcho:
+		return h.RegisterFunc(TypeEcho, echo)
+	case TypeSleep:
+		return h.RegisterFunc(TypeSleep, sleep)
+	case TypeCounter:
+		return h.Register(TypeCounter, CounterFactory())
+	}
+	return fmt.Errorf("%w: %q is not a built-in type (%v)", ErrInvalidConfig, typ, BuiltinTypes())
 }
 
 func echo(_ context.Context, t *task.Task) (json.RawMessage, error) {

@@ -50,6 +50,11 @@ type Config struct {
 	// there. New does not register them: `tenure run` does, with package
 	// external, which an embedding service may use too.
 	Handlers []string `yaml:"handlers"`
+	// Singletons are the singleton entity types of a standalone runner,
+	// TYPE=SPEC (http:URL or exec:COMMAND, as handlers): one instance per
+	// cluster, started on the owner of its shard. New does not register
+	// them: `tenure run` does, with package external.
+	Singletons []string `yaml:"singletons"`
 	// DrainTimeout bounds the graceful stop's handoff. Default 30s.
 	DrainTimeout Duration `yaml:"drain_timeout"`
 
@@ -186,6 +191,10 @@ type EntityConfig struct {
 	// tasks older than task_retention; 0 (the default) derives it as
 	// task_retention/24 within [1s, 1h].
 	TaskSweepInterval Duration `yaml:"task_sweep_interval"`
+	// MaxStateSize is the largest durable entity state, in bytes of its
+	// JSON encoding; a larger Save fails with entity.ErrStateTooLarge and
+	// writes nothing. Default 1 MiB, at most entity.MaxStateSizeLimit.
+	MaxStateSize int `yaml:"max_state_size"`
 }
 
 // LogConfig selects the log output.
@@ -255,6 +264,7 @@ func DefaultConfig() Config {
 			SendTimeout:            Duration(ec.SendTimeout),
 			TaskRetention:          Duration(ec.TaskRetention),
 			TaskSweepInterval:      Duration(ec.TaskSweepInterval),
+			MaxStateSize:           ec.MaxStateSize,
 		},
 		Call: CallConfig{
 			Addr:           "127.0.0.1:0",
@@ -315,6 +325,7 @@ func (c Config) EntityConfig() entity.Config {
 	ec.SendTimeout = c.Entity.SendTimeout.Std()
 	ec.TaskRetention = c.Entity.TaskRetention.Std()
 	ec.TaskSweepInterval = c.Entity.TaskSweepInterval.Std()
+	ec.MaxStateSize = c.Entity.MaxStateSize
 	// Whether a task left running may be taken over at once is decided per
 	// claim, from the promise its holder recorded (task.Claim.Enforced),
 	// not from this runner's mode: modes change at run time and differ
@@ -393,6 +404,11 @@ func (c Config) Validate() error {
 			bad("handlers", h, "must be TYPE=SPEC")
 		}
 	}
+	for _, s := range c.Singletons {
+		if _, _, ok := strings.Cut(s, "="); !ok {
+			bad("singletons", s, "must be TYPE=SPEC")
+		}
+	}
 	if err := c.ShardingConfig().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
 	}
@@ -421,6 +437,7 @@ func renameFields(err error) error {
 		{"AcquireRetryInterval", "sharding.acquire_retry_interval"}, {"AcquireRetryWindow", "sharding.acquire_retry_window"},
 		{"InterruptTimeout", "sharding.interrupt_timeout"},
 		{"SendTimeout", "entity.send_timeout"}, {"TaskRetention", "entity.task_retention"}, {"TaskSweepInterval", "entity.task_sweep_interval"},
+		{"MaxStateSize", "entity.max_state_size"},
 	} {
 		msg = strings.ReplaceAll(msg, r[0], r[1])
 	}

@@ -79,6 +79,9 @@ func TestLoadBadInput(t *testing.T) {
 		"half credentials":  {file: minimal, args: []string{"s3.access_key=a"}, want: "s3.access_key"},
 		"zero shards":       {file: minimal, args: []string{"shards=0"}, want: "shards"},
 		"bad handler":       {file: minimal, args: []string{"handlers=nope"}, want: "TYPE=SPEC"},
+		"bad singleton":     {file: minimal, args: []string{"singletons=nope"}, want: "singletons = nope: must be TYPE=SPEC"},
+		"zero state size":   {file: minimal, args: []string{"entity.max_state_size=0"}, want: "entity.max_state_size = 0: must be in [1, 8388608]"},
+		"huge state size":   {file: minimal, args: []string{"entity.max_state_size=9000000"}, want: "entity.max_state_size"},
 		"negative window":   {file: minimal, args: []string{"sharding.acquire_retry_window=-1s"}, want: "acquire_retry_window"},
 		"not an int":        {file: minimal, args: []string{"shards=many"}, want: "integer"},
 		"missing config":    {file: "", want: "config file"},
@@ -96,9 +99,27 @@ func TestLoadBadInput(t *testing.T) {
 	}
 }
 
+// TestStateAndSingletonKeys: entity.max_state_size reaches the entity
+// config (default 1 MiB), and singletons load as a list like handlers.
+func TestStateAndSingletonKeys(t *testing.T) {
+	c, err := Load(writeFile(t, minimal+"singletons: [\"tick=http://127.0.0.1:1/tick\"]\n"), []string{"TENURE_ENTITY_MAX_STATE_SIZE=4096"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.EntityConfig().MaxStateSize; got != 4096 {
+		t.Errorf("entity.max_state_size from the environment: entity config has %d, want 4096", got)
+	}
+	if !slices.Equal(c.Singletons, []string{"tick=http://127.0.0.1:1/tick"}) {
+		t.Errorf("singletons = %q", c.Singletons)
+	}
+	if got := DefaultConfig().EntityConfig().MaxStateSize; got != 1<<20 {
+		t.Errorf("default max_state_size %d, want 1 MiB", got)
+	}
+}
+
 func TestKeysAndEnvNames(t *testing.T) {
 	keys := Keys()
-	for _, want := range []string{"runner_id", "etcd.endpoints", "detachment.mode", "lease.ttl", "entity.max_idle"} {
+	for _, want := range []string{"runner_id", "etcd.endpoints", "detachment.mode", "lease.ttl", "entity.max_idle", "entity.max_state_size", "singletons"} {
 		found := false
 		for _, k := range keys {
 			found = found || k == want

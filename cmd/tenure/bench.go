@@ -27,6 +27,8 @@ scenarios:
   assign      compute time of the shard assignment by shards × runners
   call        entity calls/s and latency, remote and local, by callers (1, 16, 64);
               errors and unavailability under a SIGTERM and a SIGKILL of a runner
+  state       durable entity state (the built-in counter): cold, warm and post-handoff
+              activation and save latency, S3 requests per activation and per save
 
 flags:
 `

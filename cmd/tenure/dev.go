@@ -41,7 +41,8 @@ const (
 const devUsage = `usage: tenure dev [flags]
 
 Starts a local cluster in this process: an embedded etcd, an embedded S3
-server (VersityGW) and N runners with the built-in handlers (echo, sleep).
+server (VersityGW) and N runners with the built-in handlers (echo, sleep,
+counter).
 It writes a config file (default ./.tenure-dev/tenure.yaml) that every other
 tenure command picks up when run from the same directory, so that
 ` + "`tenure status`" + ` and ` + "`tenure task submit echo --input '{\"x\":1}' --wait`" + ` work with no
@@ -122,7 +123,7 @@ func Dev(ctx context.Context, cli *CLI, args []string) error {
 		cfg.AdminAddr = "127.0.0.1:" + strconv.Itoa(*adminBase+i-1)
 		cfg.AdvertiseAddr = cfg.AdminAddr
 		cfg.DrainTimeout = runner.Duration(5 * time.Second)
-		r, err := runner.New(cfg, runner.WithTypes(standardTypes(nil)))
+		r, err := runner.New(cfg, runner.WithTypes(standardTypes(nil, nil)))
 		if err != nil {
 			return err
 		}

@@ -58,7 +58,7 @@ func TestRunnersEndToEnd(t *testing.T) {
 	if err != nil || !strings.Contains(out, "pending") {
 		t.Errorf("submit nosuch: %v\n%s", err, out)
 	}
-	if !strings.Contains(errOut, `warning: no live runner handles task type "nosuch" (they handle: echo, fail, sleep, tenure:schedule)`) {
+	if !strings.Contains(errOut, `warning: no live runner handles task type "nosuch" (they handle: counter, echo, fail, sleep, tenure:schedule)`) {
 		t.Errorf("submit nosuch: stderr %q, want the unknown-type warning", errOut)
 	}
 

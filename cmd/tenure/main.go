@@ -30,6 +30,7 @@ func commands() []command {
 		{"status", "show runners, shard ownership and the config version", Status},
 		{"task", "submit, get, list, cancel, replay and inspect tasks", Task},
 		{"call", "call an entity (TYPE ID) and print its reply", Call},
+		{"entity", "inspect and repair an entity's durable state (state get|delete TYPE ID)", Entity},
 		{"schedule", "create, list, get, pause, resume and delete cron schedules", Schedule},
 		{"config", "get or set (with staged rollout) the dynamic config", configCommand},
 		{"drain", "move a runner's shards away gracefully", Drain},

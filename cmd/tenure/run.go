@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ const runUsage = `usage: tenure run [flags]
 
 Runs a runner process: it joins the cluster of its config, owns its share
 of the shards and executes their tasks with the built-in handlers (echo,
-sleep) and those given with --handler. SIGTERM or Ctrl-C stops it
+sleep, counter) and those given with --handler. SIGTERM or Ctrl-C stops it
 gracefully (its shards are handed over, then its lease revoked; exit 0); a
 second signal exits at once.
 
@@ -54,7 +55,13 @@ starts.
 Handlers: --handler TYPE=http:URL posts each task as JSON to URL (2xx done,
 4xx permanent failure, 5xx/timeout retry); --handler TYPE=exec:COMMAND runs
 COMMAND with the task input on stdin (exit 0 done, 75 retry, other
-permanent).
+permanent). The built-in counter keeps a durable total per entity id
+({"add": N} adds, {} reads; both reply {"total": T}).
+
+Singletons: --singleton TYPE=http:URL or TYPE=exec:COMMAND (or the
+singletons key) declares a singleton type: exactly one instance runs in the
+cluster, on the owner of its shard, restarted on the successor when the
+shard moves.
 
 flags:
 `
@@ -63,12 +70,13 @@ flags:
 func Run(ctx context.Context, cli *CLI, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(cli.Stderr)
-	var sets, handlers listFlag
+	var sets, handlers, singletons listFlag
 	id := fs.String("runner-id", "", "runner id (default: config runner_id, else the host name)")
 	admin := fs.String("admin-addr", "", "admin HTTP address (default: config admin_addr)")
 	callAddr := fs.String("call-addr", "", "entity call (gRPC) address (default: config call.addr, loopback on any free port)")
 	weight := fs.String("weight", "", "assignment weight (0 drains)")
 	fs.Var(&handlers, "handler", "task handler TYPE=http:URL or TYPE=exec:COMMAND (repeatable)")
+	fs.Var(&singletons, "singleton", "singleton TYPE=http:URL or TYPE=exec:COMMAND (repeatable)")
 	fs.Var(&sets, "set", "config key=value (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprint(cli.Stderr, runUsage)
@@ -102,6 +110,7 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 		return err
 	}
 	cfg.Handlers = append(cfg.Handlers, handlers...)
+	cfg.Singletons = append(cfg.Singletons, singletons...)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -120,7 +129,7 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
 		defer cancel()
 		shutdown(sctx)
 	}()
-	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers)))
+	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers, cfg.Singletons)))
 	if err != nil {
 		return err
 	}
@@ -129,13 +138,33 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
 	return r.Run(ctx)
 }
 
-// standardTypes registers the built-in and configured handlers.
-func standardTypes(specs []string) func(*entity.Host) error {
+// registerSingletons registers the configured singleton types (TYPE=SPEC).
+//
+// MERGE NOTE (issue 13): the lead sets this to external.RegisterSingletons
+// when engineer D's branch is merged (`var registerSingletons =
+// external.RegisterSingletons`). It is nil on this branch, where a config
+// naming singletons is refused with errNoSingletons.
+var registerSingletons func(h *entity.Host, specs []string) error
+
+var errNoSingletons = errors.New("singletons: this build cannot register singleton handlers (external.RegisterSingletons is not linked in)")
+
+// standardTypes registers the built-in and configured handlers and
+// singletons.
+func standardTypes(handlers, singletons []string) func(*entity.Host) error {
 	return func(h *entity.Host) error {
 		if err := runner.RegisterBuiltins(h); err != nil {
 			return err
 		}
-		return external.RegisterHandlers(h, specs)
+		if err := external.RegisterHandlers(h, handlers); err != nil {
+			return err
+		}
+		if len(singletons) == 0 {
+			return nil
+		}
+		if registerSingletons == nil {
+			return fmt.Errorf("%w: %s", errNoSingletons, strings.Join(singletons, ", "))
+		}
+		return registerSingletons(h, singletons)
 	}
 }
 

@@ -37,54 +37,65 @@ type addResult struct {
 	Runner string `json:"runner"`
 }
 
-// counter is one counter's instance. The host calls Handle for one task at
-// a time per instance, so total needs no lock.
+// counterState is a counter's durable state: the same shape as the
+// built-in counter's (runner.CounterState), so a `tenure run` runner that
+// takes a counter's shard over continues its total.
+type counterState struct {
+	Total int64 `json:"total"`
+}
+
+// counter is one counter's instance, bound to its durable state. The host
+// calls Handle for one task at a time per instance, so it needs no lock.
 type counter struct {
 	id       string
 	runnerID string
 	log      *slog.Logger
-	total    int64
+	st       *entity.State[counterState]
 }
 
-// registerCounter registers the counter entity type on h.
+// registerCounter registers the counter entity type on h. Its state is
+// loaded from S3 before the factory runs, and fenced by the shard's
+// ownership: a runner that lost the shard cannot overwrite its successor's
+// total.
 func registerCounter(h *entity.Host, runnerID string, log *slog.Logger) error {
-	return h.Register(counterType, func(id string) (entity.Entity, error) {
-		if id == "" {
-			// Without an entity id the host would run the tasks concurrently
-			// on a shared instance: refuse rather than count wrong.
-			return nil, entity.Permanent(fmt.Errorf("%w: a counter task must name its counter (the task's entity)", errBadInput))
-		}
-		return &counter{id: id, runnerID: runnerID, log: log.With("counter", id)}, nil
-	})
+	return h.Register(counterType, entity.StatefulHandler(
+		func(id string, st *entity.State[counterState]) (entity.Handler[json.RawMessage, addResult], error) {
+			return &counter{id: id, runnerID: runnerID, log: log.With("counter", id), st: st}, nil
+		}))
 }
 
-// OnStart logs the instance's activation: each one starts at zero.
+// OnStart logs the instance's activation, with the total it loaded.
 func (c *counter) OnStart(context.Context) error {
-	c.log.Info("counter activated; its count starts at 0")
+	c.log.Info("counter activated", "total", c.st.Get().Total, "rev", c.st.Rev())
 	return nil
 }
 
-// OnStop logs the count the instance loses: it was only in memory.
+// OnStop logs the instance's end: its total is in S3 already (every task's
+// state is written before the task completes).
 func (c *counter) OnStop(_ context.Context, reason entity.StopReason) {
-	c.log.Info("counter passivated; its in-memory count is dropped", "reason", reason, "total", c.total)
+	c.log.Info("counter passivated; its total stays in S3", "reason", reason, "total", c.st.Get().Total)
 }
 
-// Handle adds the task's {"add": N} to the count and returns the new total.
-func (c *counter) Handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
-	n, err := decodeAdd(t.Input)
+// Handle adds the task's {"add": N} to the total and returns the new total.
+// Save stages the state; the host writes it, with the task's id and
+// result, when Handle returns, before the task completes: a task retried
+// after that write completes with the recorded result instead of adding
+// again.
+func (c *counter) Handle(ctx context.Context, t *task.Task, input json.RawMessage) (addResult, error) {
+	n, err := decodeAdd(input)
 	if err != nil {
-		return nil, err
+		return addResult{}, err
 	}
-	// An interrupted task is retried (here or on the shard's next owner):
-	// adding now would count it twice on this instance.
-	if err := ctx.Err(); err != nil {
-		return nil, context.Cause(ctx)
+	s := c.st.Get()
+	if (n > 0 && s.Total > math.MaxInt64-n) || (n < 0 && s.Total < math.MinInt64-n) {
+		return addResult{}, entity.Permanent(fmt.Errorf("%w: adding %d to %d overflows", errBadInput, n, s.Total))
 	}
-	if (n > 0 && c.total > math.MaxInt64-n) || (n < 0 && c.total < math.MinInt64-n) {
-		return nil, entity.Permanent(fmt.Errorf("%w: adding %d to %d overflows", errBadInput, n, c.total))
+	s.Total += n
+	if err := c.st.Save(ctx); err != nil {
+		s.Total -= n
+		return addResult{}, err
 	}
-	c.total += n
-	return json.Marshal(addResult{Counter: c.id, Total: c.total, Runner: c.runnerID})
+	return addResult{Counter: c.id, Total: s.Total, Runner: c.runnerID}, nil
 }
 
 // decodeAdd parses {"add": N}. Bad input is a permanent failure: retrying

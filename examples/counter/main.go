@@ -103,8 +103,15 @@ type service struct {
 // newService builds the runner with the service's types; a bad
 // registration fails here. Nothing connects before serve runs the runner.
 func newService(cfg runner.Config, log *slog.Logger, wait time.Duration) (*service, error) {
-	r, err := runner.New(cfg, runner.WithLogger(log), runner.WithTypes(runner.RegisterBuiltins),
-		runner.WithTypes(func(h *entity.Host) error { return registerCounter(h, cfg.RunnerID, log) }))
+	// The built-in echo and sleep; counter is the service's own.
+	r, err := runner.New(cfg, runner.WithLogger(log), runner.WithTypes(func(h *entity.Host) error {
+		for _, typ := range []string{runner.TypeEcho, runner.TypeSleep} {
+			if err := runner.RegisterBuiltin(h, typ); err != nil {
+				return err
+			}
+		}
+		return registerCounter(h, cfg.RunnerID, log)
+	}))
 	if err != nil {
 		return nil, err
 	}

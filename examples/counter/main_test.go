@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -20,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
@@ -193,25 +191,36 @@ func TestAPIAddsUp(t *testing.T) {
 	s.stop(t)
 }
 
-// TestCountLostOnPassivation: the count is in memory only. Once the
-// instance has been passivated for idleness (seen in the runner's
-// tenure_entity_passivations_total{reason="idle"}), the next task finds a
-// fresh instance that starts from zero — what the README explains.
-func TestCountLostOnPassivation(t *testing.T) {
+// TestCountSurvivesPassivationAndRestart: the count is durable state.
+// Once the instance has been passivated for idleness (seen in the runner's
+// tenure_entity_passivations_total{reason="idle"}), the next task's fresh
+// instance loads the total from S3; after the service — the cluster's only
+// runner — stops and a new one starts over the same etcd and S3, the
+// totals are still there.
+func TestCountSurvivesPassivationAndRestart(t *testing.T) {
 	cfg := testConfig(t, "counter-idle", "entity.max_idle=500ms")
 	s := startService(t, cfg)
 	if got, _ := s.add(t, "e", "3", ""); got != 3 {
 		t.Fatalf("first add: total %d, want 3", got)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for passivations(t, s.svc.runner.Registry(), "idle") < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no idle passivation within 20s of entity.max_idle=500ms")
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+	testenv.WaitFor(t, "an idle passivation (entity.max_idle=500ms)", 20*time.Second, func() bool {
+		return passivations(t, s.svc.runner.Registry(), "idle") >= 1
+	})
+	if got, _ := s.add(t, "e", "1", ""); got != 4 {
+		t.Fatalf("add after passivation: total %d, want 4 (loaded from S3)", got)
 	}
-	if got, _ := s.add(t, "e", "1", ""); got != 1 {
-		t.Fatalf("add after passivation: total %d, want 1 (a fresh instance)", got)
+	if got, _ := s.add(t, "f", "10", ""); got != 10 {
+		t.Fatalf("first add to f: total %d, want 10", got)
+	}
+	s.stop(t)
+
+	cfg.RunnerID = "counter-restarted"
+	s = startService(t, cfg)
+	if got, body := s.add(t, "e", "1", ""); got != 5 || body["runner"] != "counter-restarted" {
+		t.Fatalf("add after the restart: total %d, reply %v; want 5 from counter-restarted", got, body)
+	}
+	if got, _ := s.add(t, "f", "-1", ""); got != 9 {
+		t.Fatalf("add to f after the restart: total %d, want 9", got)
 	}
 }
 
@@ -269,45 +278,19 @@ func TestAPIRejectsBadRequests(t *testing.T) {
 	}
 }
 
-// TestCounterHandle: the entity adds up, and refuses bad input and
-// overflow as permanent failures (a retry would not help) without changing
-// its count.
-func TestCounterHandle(t *testing.T) {
-	c := &counter{id: "x", runnerID: "r", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx := context.Background()
-	handle := func(input string) (addResult, error) {
-		b, err := c.Handle(ctx, &task.Task{Type: counterType, Entity: "x", Input: json.RawMessage(input)})
-		var res addResult
-		if err == nil {
-			if jerr := json.Unmarshal(b, &res); jerr != nil {
-				t.Fatalf("result %s: %v", b, jerr)
-			}
+// TestDecodeAdd: the counter accepts exactly {"add": N} within bounds, and
+// refuses anything else as a permanent failure (a retry would not help).
+func TestDecodeAdd(t *testing.T) {
+	for in, want := range map[string]int64{`{"add":2}`: 2, `{"add": -40}`: -40, `{"add":0}`: 0} {
+		if n, err := decodeAdd(json.RawMessage(in)); err != nil || n != want {
+			t.Errorf("%s: %d, %v; want %d", in, n, err, want)
 		}
-		return res, err
-	}
-	for _, in := range []string{`{"add":2}`, `{"add": 40}`} {
-		if _, err := handle(in); err != nil {
-			t.Fatalf("%s: %v", in, err)
-		}
-	}
-	if res, err := handle(`{"add":0}`); err != nil || res.Total != 42 || res.Counter != "x" || res.Runner != "r" {
-		t.Fatalf("after 2+40: %+v %v", res, err)
 	}
 	for _, in := range []string{``, `{}`, `{"add":"1"}`, `{"add":1,"sub":2}`, `{"add":1} {"add":1}`, `{"add":1000000001}`, `[1]`} {
-		_, err := handle(in)
+		_, err := decodeAdd(json.RawMessage(in))
 		if !errors.Is(err, errBadInput) || !entity.IsPermanent(err) {
 			t.Errorf("input %q: %v, want a permanent errBadInput", in, err)
 		}
-	}
-	c.total = math.MaxInt64 - 1
-	if _, err := handle(`{"add":2}`); !errors.Is(err, errBadInput) || !entity.IsPermanent(err) || c.total != math.MaxInt64-1 {
-		t.Fatalf("overflow: %v, total %d", err, c.total)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	c.total = 0
-	if _, err := c.Handle(cctx, &task.Task{Input: json.RawMessage(`{"add":1}`)}); !errors.Is(err, context.Canceled) || c.total != 0 {
-		t.Fatalf("interrupted task: %v, total %d; want context.Canceled and nothing added", err, c.total)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 // Result is one scenario's figures: a *HandoverResult (failover,
 // handoff), *DetachResult, *ThroughputResult, *LatencyResult,
-// *S3CostResult, *AssignResult or *CallResult. Each has a "trials" list.
+// *S3CostResult, *AssignResult, *CallResult or *StateResult. Each has a "trials" list.
 type Result interface {
 	// rows summarises the figures for the table.
 	rows() []row
@@ -67,6 +67,7 @@ var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
 	ScenarioS3Cost:     runS3Cost,
 	ScenarioAssign:     runAssign,
 	ScenarioCall:       runCall,
+	ScenarioState:      runState,
 }
 
 // Run runs the selected scenarios one after the other and returns their

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -217,15 +218,21 @@ func TestReportTable(t *testing.T) {
 // shared S3 gateway (which changes the working directory).
 var pkgDir, _ = os.Getwd()
 
+// sharedInfra is the tests' shared etcd and S3 servers, with a bucket of
+// the test's own.
+func sharedInfra(t *testing.T) *Infra {
+	s3 := testenv.SharedS3(t)
+	ak, sk := s3.Credentials()
+	return &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
+		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+}
+
 // TestCallScenario runs call quickly against the shared servers, with
 // runner processes of a freshly built tenure: every figure must be there,
 // and the happy paths and the planned handoff must show no error. Timings
 // are reported, not asserted.
 func TestCallScenario(t *testing.T) {
-	s3 := testenv.SharedS3(t)
-	ak, sk := s3.Credentials()
-	infra := &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
-		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	infra := sharedInfra(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "tenure")
@@ -274,6 +281,44 @@ func TestCallScenario(t *testing.T) {
 	}
 	var table strings.Builder
 	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "remote, 16 callers") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+}
+
+// TestStateScenario runs state quickly against the shared servers: the S3
+// requests per call are the protocol's (cold: GET 404 + fencing create;
+// warm: GET; after a handoff: GET + fencing replace; save: one replace),
+// and every latency is there. Timings are reported, not asserted.
+func TestStateScenario(t *testing.T) {
+	infra := sharedInfra(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioState}, Quick: true, Infra: infra,
+		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+	if err != nil {
+		t.Fatalf("bench state: %v\n%s", err, progress.String())
+	}
+	r, ok := rep.Scenarios[ScenarioState].(*StateResult)
+	if !ok || len(r.Trials) != 1 {
+		t.Fatalf("state result: %#v", rep.Scenarios[ScenarioState])
+	}
+	for name, tc := range map[string]struct {
+		p    StatePhase
+		want map[string]float64
+	}{
+		"cold":    {r.Cold, map[string]float64{"get": 1, "create": 1}},
+		"warm":    {r.Warm, map[string]float64{"get": 1}},
+		"handoff": {r.Handoff, map[string]float64{"get": 1, "replace": 1}},
+		"save":    {r.Save, map[string]float64{"replace": 1}},
+	} {
+		if !maps.Equal(tc.p.PerCall, tc.want) || tc.p.Calls < 1 || !(0 < tc.p.P50MS && tc.p.P50MS <= tc.p.P99MS && tc.p.P99MS <= tc.p.MaxMS) {
+			t.Errorf("%s: %+v, want S3 per call %v, p50 ≤ p99 ≤ max", name, tc.p, tc.want)
+		}
+		t.Logf("%s: p50 %.2fms p99 %.2fms, S3 per call %v", name, tc.p.P50MS, tc.p.P99MS, tc.p.PerCall)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "activation after a handoff") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }

@@ -19,6 +19,7 @@ const (
 	ScenarioS3Cost     = "s3cost"
 	ScenarioAssign     = "assign"
 	ScenarioCall       = "call"
+	ScenarioState      = "state"
 	// All selects every scenario.
 	All = "all"
 )
@@ -26,7 +27,7 @@ const (
 // Names returns every scenario name in the order a run takes them.
 func Names() []string {
 	return []string{ScenarioFailover, ScenarioHandoff, ScenarioDetach, ScenarioThroughput,
-		ScenarioLatency, ScenarioS3Cost, ScenarioAssign, ScenarioCall}
+		ScenarioLatency, ScenarioS3Cost, ScenarioAssign, ScenarioCall, ScenarioState}
 }
 
 // Defaults of a run.

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/embedded"
+	"github.com/tenurehq/tenure/internal/testenv"
+)
+
+// devProcess is `tenure dev` running as a process of its own: the test
+// binary acting as the tenure command (one embedded S3 gateway per process,
+// and the tests' shared one runs in this process).
+type devProcess struct {
+	cmd *exec.Cmd
+	out *logBuffer
+}
+
+// startDev starts `tenure dev` on data with fixed addresses (the same on a
+// restart, as a developer's would be) and waits until its config is
+// written.
+func startDev(t *testing.T, data string, addrs []string) *devProcess {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(data, "tenure.yaml")
+	os.Remove(cfgPath) // written again once the servers are up
+	admin := addrs[3][strings.LastIndex(addrs[3], ":")+1:]
+	cmd := exec.Command(self, "dev", "--data", data, "--etcd-addr", addrs[0], "--etcd-peer-addr", addrs[1],
+		"--s3-addr", addrs[2], "--admin-base-port", admin)
+	cmd.Env = append(os.Environ(), cliMainEnv+"=1")
+	d := &devProcess{cmd: cmd, out: &logBuffer{}}
+	cmd.Stdout, cmd.Stderr = d.out, d.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("tenure dev output:\n%s", d.out.String())
+		}
+	})
+	testenv.WaitFor(t, "tenure dev writes its config", 60*time.Second, func() bool {
+		_, err := os.Stat(cfgPath)
+		return err == nil
+	})
+	// Its runner writes the cluster meta when it starts, the first time.
+	testenv.WaitFor(t, "tenure dev's cluster is initialised", 60*time.Second, func() bool {
+		_, _, err := runCmd(t, cfgPath, Status)
+		return err == nil
+	})
+	return d
+}
+
+// stop stops it as Ctrl-C would and waits for a clean exit.
+func (d *devProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tenure dev exited with %v:\n%s", err, d.out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("tenure dev did not stop within 60s of SIGTERM")
+	}
+}
+
+// TestDevCounterSurvivesRestart: the acceptance of the built-in counter.
+// `tenure call counter c1 --input '{"add":2}' --json` replies {"total":2},
+// then {"total":4}; after `tenure dev` is stopped and started again over
+// the same data directory, the total is still 4 and counting goes on.
+func TestDevCounterSurvivesRestart(t *testing.T) {
+	data := t.TempDir()
+	var addrs []string
+	for range 4 {
+		a, err := embedded.FreeStableAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, a)
+	}
+	cfgPath := filepath.Join(data, "tenure.yaml")
+	add := func(input string, want int64) {
+		t.Helper()
+		out, errOut, err := runCmd(t, cfgPath, Call, "counter", "c1", "--input", input, "--json", "--timeout", "30s")
+		if err != nil {
+			t.Fatalf("tenure call counter c1 --input %s: %v\n%s", input, err, errOut)
+		}
+		var got callJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil || string(compact(t, got.Reply)) != `{"total":`+strconv.FormatInt(want, 10)+`}` {
+			t.Fatalf("tenure call counter c1 --input %s --json printed\n%s\nwant the reply {\"total\":%d}", input, out, want)
+		}
+	}
+
+	d := startDev(t, data, addrs)
+	add(`{"add":2}`, 2)
+	add(`{"add":2}`, 4)
+	d.stop(t)
+
+	d = startDev(t, data, addrs)
+	add(`{}`, 4)
+	add(`{"add":2}`, 6)
+	d.stop(t)
+	if !bytes.Contains([]byte(d.out.String()), []byte("runner dev-1")) {
+		t.Errorf("tenure dev output does not name its runner:\n%s", d.out.String())
+	}
+}
