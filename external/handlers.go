@@ -40,20 +40,30 @@ const (
 type HandlerSpecError struct {
 	Spec   string // as given
 	Reason string
+	// For is what the spec is for: "handler" (also when empty) or
+	// "singleton".
+	For string
 }
 
 func (e *HandlerSpecError) Error() string {
-	return fmt.Sprintf("%v: handler %q: %s", runner.ErrInvalidConfig, e.Spec, e.Reason)
+	what := e.For
+	if what == "" {
+		what = "handler"
+	}
+	return fmt.Sprintf("%v: %s %q: %s", runner.ErrInvalidConfig, what, e.Spec, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, runner.ErrInvalidConfig) hold.
 func (e *HandlerSpecError) Unwrap() error { return runner.ErrInvalidConfig }
 
 // ParseHandler splits a TYPE=SPEC handler flag.
-func ParseHandler(s string) (typ, spec string, err error) {
+func ParseHandler(s string) (typ, spec string, err error) { return splitTypeSpec(s, "handler") }
+
+// splitTypeSpec splits a TYPE=SPEC flag of a handler or singleton (what).
+func splitTypeSpec(s, what string) (typ, spec string, err error) {
 	typ, spec, ok := strings.Cut(s, "=")
 	if !ok || typ == "" || spec == "" {
-		return "", "", fmt.Errorf("%w: handler %q: want TYPE=SPEC (http:URL or exec:COMMAND)", runner.ErrInvalidConfig, s)
+		return "", "", fmt.Errorf("%w: %s %q: want TYPE=SPEC (http:URL or exec:COMMAND)", runner.ErrInvalidConfig, what, s)
 	}
 	return typ, spec, nil
 }
@@ -132,34 +142,55 @@ func RegisterHandlers(h *entity.Host, specs []string) error {
 //
 // A spec that does not parse gives a *HandlerSpecError naming it.
 func NewHandler(spec string, client *http.Client) (entity.HandlerFunc, error) {
+	p, err := parseSpec(spec, "handler")
+	if err != nil {
+		return nil, err
+	}
+	if p.command != "" {
+		return execHandler(p.command, ExecKillGrace), nil
+	}
+	if client == nil {
+		client = defaultHandlerClient()
+	}
+	return httpHandler(p.url, client), nil
+}
+
+// parsedSpec is an http:URL (url set) or exec:COMMAND (command set) spec.
+type parsedSpec struct {
+	url, command string
+}
+
+// parseSpec checks an http:URL or exec:COMMAND spec of a handler or
+// singleton (what).
+func parseSpec(spec, what string) (parsedSpec, error) {
+	bad := func(reason string) (parsedSpec, error) {
+		return parsedSpec{}, &HandlerSpecError{Spec: spec, Reason: reason, For: what}
+	}
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok {
-		return nil, &HandlerSpecError{Spec: spec, Reason: "want http:URL or exec:COMMAND"}
+		return bad("want http:URL or exec:COMMAND")
 	}
 	switch kind {
 	case "http":
 		u, err := url.Parse(arg)
 		switch {
 		case arg == "":
-			return nil, &HandlerSpecError{Spec: spec, Reason: "no URL after http:"}
+			return bad("no URL after http:")
 		case err != nil:
-			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL does not parse: %v", err)}
+			return bad(fmt.Sprintf("URL does not parse: %v", err))
 		case u.Scheme != "http" && u.Scheme != "https":
-			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL %q must start with http:// or https://", arg)}
+			return bad(fmt.Sprintf("URL %q must start with http:// or https://", arg))
 		case u.Host == "":
-			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL %q has no host", arg)}
+			return bad(fmt.Sprintf("URL %q has no host", arg))
 		}
-		if client == nil {
-			client = defaultHandlerClient()
-		}
-		return httpHandler(u.String(), client), nil
+		return parsedSpec{url: u.String()}, nil
 	case "exec":
 		if strings.TrimSpace(arg) == "" {
-			return nil, &HandlerSpecError{Spec: spec, Reason: "no command after exec:"}
+			return bad("no command after exec:")
 		}
-		return execHandler(arg, ExecKillGrace), nil
+		return parsedSpec{command: arg}, nil
 	}
-	return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("unknown kind %q: want http:URL or exec:COMMAND", kind)}
+	return bad(fmt.Sprintf("unknown kind %q: want http:URL or exec:COMMAND", kind))
 }
 
 // attemptTimeout bounds one attempt of t: its own timeout, or the default

@@ -63,12 +63,13 @@ flags:
 func Run(ctx context.Context, cli *CLI, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(cli.Stderr)
-	var sets, handlers listFlag
+	var sets, handlers, singletons listFlag
 	id := fs.String("runner-id", "", "runner id (default: config runner_id, else the host name)")
 	admin := fs.String("admin-addr", "", "admin HTTP address (default: config admin_addr)")
 	callAddr := fs.String("call-addr", "", "entity call (gRPC) address (default: config call.addr, loopback on any free port)")
 	weight := fs.String("weight", "", "assignment weight (0 drains)")
 	fs.Var(&handlers, "handler", "task handler TYPE=http:URL or TYPE=exec:COMMAND (repeatable)")
+	fs.Var(&singletons, "singleton", "singleton TYPE=http:URL or TYPE=exec:COMMAND (repeatable)")
 	fs.Var(&sets, "set", "config key=value (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprint(cli.Stderr, runUsage)
@@ -105,12 +106,12 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	return runRunner(ctx, cli, cfg)
+	return runRunner(ctx, cli, cfg, singletons...)
 }
 
 // runRunner runs one runner until the first signal, then stops it
 // gracefully; a second signal exits at once.
-func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
+func runRunner(ctx context.Context, cli *CLI, cfg runner.Config, singletons ...string) error {
 	tp, shutdown, err := runner.NewTracerProvider(ctx, cfg.Tracing, cfg.RunnerID)
 	if err != nil {
 		return err
@@ -120,7 +121,10 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
 		defer cancel()
 		shutdown(sctx)
 	}()
-	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers)))
+	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers)),
+		runner.WithTypes(func(h *entity.Host) error {
+			return external.RegisterSingletons(h, singletons, external.WithRunnerID(cfg.RunnerID))
+		}))
 	if err != nil {
 		return err
 	}
