@@ -84,7 +84,16 @@ type Config struct {
 	// after SendTimeout (or earlier, with the shard or the runner's
 	// attachment). Default 1m.
 	SendTimeout time.Duration
+	// MaxStateSize is the largest durable entity state (see State), in
+	// bytes of its JSON encoding; a larger one is refused with
+	// ErrStateTooLarge before any request. At most MaxStateSizeLimit, so
+	// that a state object, with its envelope, stays well within what the
+	// S3 adapter reads. Default 1 MiB.
+	MaxStateSize int
 }
+
+// MaxStateSizeLimit bounds Config.MaxStateSize: 8 MiB.
+const MaxStateSizeLimit = 8 << 20
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -101,6 +110,7 @@ func DefaultConfig() Config {
 		OrphanWait:             10 * time.Second,
 		TaskRetention:          7 * 24 * time.Hour,
 		SendTimeout:            time.Minute,
+		MaxStateSize:           1 << 20,
 	}
 }
 
@@ -163,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.SendTimeout <= 0 {
 		bad("SendTimeout", c.SendTimeout, "must be > 0")
+	}
+	if c.MaxStateSize < 1 || c.MaxStateSize > MaxStateSizeLimit {
+		bad("MaxStateSize", c.MaxStateSize, fmt.Sprintf("must be in [1, %d]", MaxStateSizeLimit))
 	}
 	return errors.Join(errs...)
 }

@@ -189,8 +189,13 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 	box := c.box
 	if c.Err() != nil {
 		err = c.ctxErr() // ended while taking the turn
-	} else if ent, ierr := e.instanceFor(box, c.msg.Type, c.msg.ID); ierr != nil {
+	} else if ent, _, ierr := e.instanceFor(box, c.msg.Type, c.msg.ID); ierr != nil {
 		err = ierr
+		if errors.Is(ierr, ErrStateFenced) {
+			// A newer ownership fenced the entity's state: the shard is
+			// being lost, and the caller must route again.
+			err = e.refusal(RefusedNotOwner)
+		}
 	} else {
 		reply, err = handleMessage(c, ent, e.own.Shard)
 		var pe *PanicError

@@ -51,6 +51,17 @@
 // least recently used first, beyond Config.MaxResident. Tasks without an
 // entity run concurrently. Concurrency is bounded per shard and per runner.
 //
+// # Durable state
+//
+// A type registered with Stateful keeps a State per entity in one S3
+// object (package entity/state), loaded and fenced with the shard lock
+// epoch when an instance is activated, before its factory and OnStart run,
+// and written with conditional writes only: a runner that lost the shard
+// can never overwrite its successor's state (ErrStateFenced). A task's
+// saved state is written with the task's id before its completion is
+// committed, so a task's effect on the state is exactly once; State's doc
+// says what is durable when a handler returns.
+//
 // An entity's order holds under faults: a task put back for later keeps its
 // place at the head of its entity's mailbox, and the entity's later tasks
 // wait for it. That covers a task waiting for a previous holder's claim to

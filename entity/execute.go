@@ -109,7 +109,14 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 		return
 	}
 	defer e.h.deactivate(key, a)
-	ent, err := e.instanceFor(box, t.Type, t.Entity)
+	ent, sc, err := e.instanceFor(box, t.Type, t.Entity)
+	if errors.Is(err, ErrStateFenced) {
+		// A newer ownership fenced the entity's state: this shard is being
+		// lost. Leave the task to the successor, as a lost shard does.
+		e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
+		e.requeue(it, e.soon(time.Second))
+		return
+	}
 	if err != nil {
 		e.conclude(it, a, nil, err, nil)
 		return
@@ -153,7 +160,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 		// Interrupted between the claim and the start: do not start.
 		herr = context.Cause(hctx)
 	} else {
-		result, herr = safeHandle(hctx, ent, view)
+		result, herr = e.handleStateful(hctx, ent, sc, view)
 	}
 	e.h.metrics.duration.WithLabelValues(t.Type).Observe(time.Since(a.started).Seconds())
 	cause := context.Cause(hctx)
@@ -163,6 +170,11 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	delete(e.inflight, t.ID)
 	e.mu.Unlock()
 	e.afterTurn(box, herr)
+	if sc != nil && herr != nil {
+		// Its memory may hold changes the failed handler made and that
+		// were not written: the next turn reloads from S3.
+		e.discard(box)
+	}
 	if herr != nil {
 		span.RecordError(herr)
 		span.SetStatus(codes.Error, herr.Error())
@@ -260,20 +272,29 @@ func localExpiry(readAt time.Time, now storage.ServerTime, lease time.Duration) 
 // message holding its mailbox's turn: the mailbox's resident one (created
 // on the first task or message), or a fresh one for an entity-less task
 // (nil box).
-func (e *shardExec) instanceFor(box *mailbox, typ, id string) (Entity, error) {
+//
+// A stateful type's instance comes with its durable state, loaded and
+// fenced before OnStart (see activateState); a resident one whose state
+// was fenced off since is discarded and activated afresh.
+func (e *shardExec) instanceFor(box *mailbox, typ, id string) (Entity, *stateCore, error) {
 	f, ok := e.h.reg.lookup(typ)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrNoHandler, typ)
+		return nil, nil, fmt.Errorf("%w: %q", ErrNoHandler, typ)
 	}
 	if box == nil {
-		return newEntity(f, id)
+		ent, err := newEntity(f, id)
+		return ent, nil, err
 	}
 	e.mu.Lock()
 	in := box.inst
 	e.mu.Unlock()
 	if in != nil && in.typ == typ && in.id == id {
-		e.h.resident.touch(in)
-		return in.ent, nil
+		if in.state == nil || in.state.stale() == nil {
+			e.h.resident.touch(in)
+			return in.ent, in.state, nil
+		}
+		e.discard(box)
+		in = nil
 	}
 	if in != nil {
 		// Two entities share the mailbox's key (a hash collision): the
@@ -282,22 +303,31 @@ func (e *shardExec) instanceFor(box *mailbox, typ, id string) (Entity, error) {
 	}
 	ent, err := newEntity(f, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var sc *stateCore
+	if b, ok := ent.(binder); ok {
+		if ent, sc, err = e.activateState(b, typ, id); err != nil {
+			return nil, nil, err
+		}
 	}
 	if s, ok := ent.(Starter); ok {
 		ctx, cancel := context.WithTimeout(e.ctx, e.h.cfg.HookTimeout)
 		err := safeHook(func() error { return s.OnStart(ctx) })
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("entity %s/%s: OnStart: %w", typ, id, err)
+			if sc != nil {
+				sc.close(nil) // not activated: nothing of it is written
+			}
+			return nil, nil, fmt.Errorf("entity %s/%s: OnStart: %w", typ, id, err)
 		}
 	}
-	in = &instance{typ: typ, id: id, ent: ent, box: box, exec: e}
+	in = &instance{typ: typ, id: id, ent: ent, box: box, exec: e, state: sc}
 	e.mu.Lock()
 	box.inst = in
 	e.mu.Unlock()
 	e.h.resident.add(e.h, in)
-	return ent, nil
+	return ent, sc, nil
 }
 
 // afterTurn is the end of a handler's turn for its mailbox's instance: a
@@ -308,6 +338,10 @@ func (e *shardExec) afterTurn(box *mailbox, err error) (panicked bool) {
 	if errors.As(err, &p) {
 		e.discard(box)
 		return true
+	}
+	if errors.Is(err, ErrStateFenced) {
+		e.discard(box) // its memory is stale
+		return false
 	}
 	if box != nil {
 		e.mu.Lock()

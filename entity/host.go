@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/tenurehq/tenure/entity/state"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
@@ -21,6 +22,7 @@ import (
 type Host struct {
 	cfg      Config
 	tasks    *task.Store
+	states   *state.Store
 	wakes    storage.WakeWatcher
 	runnerID string
 	reg      *registry
@@ -115,6 +117,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 	h := &Host{
 		cfg:        cfg,
 		tasks:      tasks,
+		states:     state.NewStore(tasks.Objects(), state.WithMaxSize(cfg.MaxStateSize)),
 		wakes:      wakes,
 		runnerID:   runnerID,
 		reg:        o.types.registry(),

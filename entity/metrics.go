@@ -38,6 +38,13 @@ type metrics struct {
 	// resolved once, since every message counts.
 	msgs   map[string]map[string]prometheus.Counter
 	msgDur map[string]prometheus.Observer
+	// stateLoads and stateSaves hold the children of the state counters by
+	// outcome, pre-initialised.
+	stateLoads   map[string]prometheus.Counter
+	stateSaves   map[string]prometheus.Counter
+	stateBytes   prometheus.Histogram
+	stateLoadDur prometheus.Histogram
+	stateSaveDur prometheus.Histogram
 }
 
 // messages is the counter of messages of kind (call, send) with outcome.
@@ -101,8 +108,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.msgDur[kind] = msgDur.WithLabelValues(kind)
 	}
 	reg.MustRegister(msgs, msgDur)
+	m.registerState(reg)
 	reg.MustRegister(m.tasks, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
 		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck,
 		m.purged, m.sweeps)
 	return m
+}
+
+// registerState creates and registers the durable state series.
+func (m *metrics) registerState(reg prometheus.Registerer) {
+	const ns, sub = "tenure", "entity_state"
+	loads := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "loads_total",
+		Help: "Entity state loads at activation, by outcome (ok, absent, corrupt, fenced, error)."}, []string{"outcome"})
+	saves := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "saves_total",
+		Help: "Entity state writes, by outcome (ok, conflict: fenced off by a newer owner, too_large, error)."}, []string{"outcome"})
+	m.stateLoads, m.stateSaves = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
+	for _, o := range []string{stateOK, stateAbsent, stateCorrupt, stateFenced, stateError} {
+		m.stateLoads[o] = loads.WithLabelValues(o)
+	}
+	for _, o := range []string{stateOK, stateConflict, stateTooLarge, stateError} {
+		m.stateSaves[o] = saves.WithLabelValues(o)
+	}
+	m.stateBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "bytes",
+		Help: "Size of the entity states written, in bytes.", Buckets: prometheus.ExponentialBuckets(64, 4, 10)})
+	m.stateLoadDur = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "load_duration_seconds",
+		Help: "Time to load and fence an entity's state at activation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
+	m.stateSaveDur = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "save_duration_seconds",
+		Help: "Time of one conditional state write.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
+	reg.MustRegister(loads, saves, m.stateBytes, m.stateLoadDur, m.stateSaveDur)
 }

@@ -14,9 +14,9 @@ import (
 
 // Entity is one instance of an entity type. It handles the tasks addressed
 // to its (type, id) one at a time, in submission order, and may keep state
-// in memory between them; that state is lost when the instance is
-// passivated or its shard moves, so durable state belongs in the task
-// results or the user's own storage.
+// in memory between them; that memory is lost when the instance is
+// passivated or its shard moves, so durable state belongs in a State (see
+// Stateful), the task results or the user's own storage.
 //
 // Handle must honour ctx: it is cancelled when the task is cancelled, its
 // timeout passes, its claim is lost, or the runner detaches or loses the

@@ -14,6 +14,7 @@ type instance struct {
 	ent      Entity
 	box      *mailbox
 	exec     *shardExec
+	state    *stateCore    // nil unless the type is stateful
 	elem     *list.Element // in residents.lru; guarded by residents.mu
 	lastUsed time.Time     // guarded by residents.mu
 }
@@ -95,20 +96,28 @@ func (r *residents) passivateIdle(h *Host, before time.Time) {
 }
 
 // stopInstance runs an instance's OnStop under ctx, bounded by the hook
-// timeout and guarded against panics.
+// timeout and guarded against panics, then flushes its write-behind state
+// under the same context, unless the shard was lost: then the successor
+// owns the state and nothing is written.
 func (h *Host) stopInstance(ctx context.Context, in *instance, reason StopReason) {
 	h.resident.remove(h, in)
 	h.metrics.passivations.WithLabelValues(string(reason)).Inc()
-	s, ok := in.ent.(Stopper)
-	if !ok {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.HookTimeout)
 	defer cancel()
-	defer func() {
-		if v := recover(); v != nil {
-			h.log.Error("entity OnStop panicked", "type", in.typ, "entity", in.id, "panic", v)
+	if s, ok := in.ent.(Stopper); ok {
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					h.log.Error("entity OnStop panicked", "type", in.typ, "entity", in.id, "panic", v)
+				}
+			}()
+			s.OnStop(ctx, reason)
+		}()
+	}
+	if in.state != nil {
+		if reason == StopShardLost {
+			ctx = nil
 		}
-	}()
-	s.OnStop(ctx, reason)
+		in.state.close(ctx)
+	}
 }

@@ -1,0 +1,450 @@
+package entity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tenurehq/tenure/entity/state"
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// stateOps counts the requests runners make on state objects, by
+// operation, and can hold back the commit of a completed task (a crash
+// between the state write and the task commit).
+type stateOps struct {
+	storage.ObjectStore
+	mu     sync.Mutex
+	counts map[string]int
+	// holdCommits, while set, blocks every write of a completed task until
+	// its context ends.
+	holdCommits atomic.Bool
+	held        chan struct{} // receives once per held commit
+}
+
+func (s *stateOps) count(op, key string) {
+	if !strings.HasPrefix(key, state.Prefix) {
+		return
+	}
+	s.mu.Lock()
+	s.counts[op]++
+	s.mu.Unlock()
+}
+
+// take returns the counts since the last take.
+func (s *stateOps) take() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.counts
+	s.counts = map[string]int{}
+	return out
+}
+
+func (s *stateOps) Get(ctx context.Context, key string) (storage.Object, error) {
+	s.count("get", key)
+	return s.ObjectStore.Get(ctx, key)
+}
+
+func (s *stateOps) Create(ctx context.Context, key string, body []byte) (string, error) {
+	s.count("put", key)
+	return s.ObjectStore.Create(ctx, key, body)
+}
+
+func (s *stateOps) Replace(ctx context.Context, key string, body []byte, ifMatch string) (string, error) {
+	s.count("put", key)
+	if s.holdCommits.Load() && strings.HasPrefix(key, task.TasksPrefix) && strings.Contains(string(body), `"status":"completed"`) {
+		s.held <- struct{}{}
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return s.ObjectStore.Replace(ctx, key, body, ifMatch)
+}
+
+// stateEnv is an env on one shard (every entity shares it) whose bare
+// hosts count their state requests.
+func stateEnv(t *testing.T) (*env, *stateOps) {
+	e := newEnv(t, 1)
+	ops := &stateOps{counts: map[string]int{}, held: make(chan struct{}, 8)}
+	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
+		ops.ObjectStore = s
+		return ops
+	}
+	return e, ops
+}
+
+var shard0 = storage.ShardID{Group: storage.DefaultGroup, Index: 0}
+
+type counterState struct {
+	Total int `json:"total"`
+}
+
+// stateCounter is a durable counter: a call or task {"add":n} adds n and
+// saves; {"fail":true} saves then fails.
+type stateCounter struct {
+	st   *State[counterState]
+	runs *atomic.Int32
+}
+
+type counterIn struct {
+	Add  int  `json:"add"`
+	Fail bool `json:"fail"`
+}
+
+func (c *stateCounter) apply(ctx context.Context, body []byte) ([]byte, error) {
+	c.runs.Add(1)
+	var in counterIn
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	c.st.Get().Total += in.Add
+	if err := c.st.Save(ctx); err != nil {
+		return nil, err
+	}
+	if in.Fail {
+		return nil, errors.New("asked to fail")
+	}
+	return json.Marshal(c.st.Get())
+}
+
+func (c *stateCounter) Receive(ctx context.Context, m *Message) ([]byte, error) {
+	return c.apply(ctx, m.Body)
+}
+
+func (c *stateCounter) Handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+	return c.apply(ctx, t.Input)
+}
+
+// counterHost is a bare host with the durable counter registered as
+// "counter" and, written behind by behind, as "lazy".
+func (e *env) counterHost(runs *atomic.Int32, behind time.Duration) *bareHost {
+	return e.bareHost(func(h *Host) {
+		mk := func(_ string, st *State[counterState]) (Entity, error) { return &stateCounter{st: st, runs: runs}, nil }
+		if err := h.Register("counter", Stateful(mk)); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := h.Register("lazy", Stateful(mk, WriteBehind(behind))); err != nil {
+			e.t.Fatal(err)
+		}
+	})
+}
+
+// stored reads the entity's state object from S3.
+func (e *env) stored(typ, id string) *state.Envelope {
+	e.t.Helper()
+	env, _, err := state.NewStore(e.tasks.Objects()).Get(ctxFor(e.t, 10*time.Second), shard0, typ, id)
+	if err != nil {
+		e.t.Fatalf("state of %s/%s: %v", typ, id, err)
+	}
+	return env
+}
+
+func total(t testing.TB, env *state.Envelope) int {
+	t.Helper()
+	var s counterState
+	if err := json.Unmarshal(env.State, &s); err != nil {
+		t.Fatalf("state %s: %v", env.State, err)
+	}
+	return s.Total
+}
+
+func mustCall(t testing.TB, b *bareHost, typ, id, body, want string) {
+	t.Helper()
+	got, err := b.call(ctxFor(t, 10*time.Second), typ, id, body)
+	if err != nil || got != want {
+		t.Fatalf("call %s/%s %s = %q, %v; want %q", typ, id, body, got, err, want)
+	}
+}
+
+// TestStateSurvivesPassivation: calls save the counter; it survives
+// passivation; the requests per activation and per save are counted at
+// the object store.
+func TestStateSurvivesPassivation(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	b := e.counterHost(&runs, 0)
+	b.own(shard0, 100)
+
+	mustCall(t, b, "counter", "c1", `{"add":2}`, `{"total":2}`)
+	if got := ops.take(); got["get"] != 1 || got["put"] != 2 {
+		t.Fatalf("first activation and save: %v, want 1 GET (404) + 1 Create + 1 PUT", got)
+	}
+	mustCall(t, b, "counter", "c1", `{"add":3}`, `{"total":5}`)
+	if got := ops.take(); got["get"] != 0 || got["put"] != 1 {
+		t.Fatalf("a save: %v, want 1 PUT", got)
+	}
+	t.Logf("requests: activation of a new entity 1 GET + 1 PUT, a save 1 PUT")
+
+	b.resident.passivateIdle(b.Host, time.Now())
+	if n := b.resident.len(); n != 0 {
+		t.Fatalf("%d resident after passivation", n)
+	}
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":6}`)
+	if got := ops.take(); got["get"] != 1 || got["put"] != 1 {
+		t.Fatalf("reactivation under the same epoch and a save: %v, want 1 GET + 1 PUT", got)
+	}
+	if env := e.stored("counter", "c1"); total(t, env) != 6 || env.Epoch != 100 || env.Rev != 4 {
+		t.Fatalf("stored: %+v", env)
+	}
+	if v := testutil.ToFloat64(b.metrics.stateLoads[stateAbsent]); v != 1 {
+		t.Fatalf("absent loads = %v, want 1", v)
+	}
+}
+
+// TestStateStaleOwnerFenced: a successor (higher epoch) activates the
+// entity; the old owner's resident instance then saves: refused with
+// ErrStateFenced, the object unchanged, and the old owner no longer
+// activates the entity (not-owner refusal).
+func TestStateStaleOwnerFenced(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	old, next := e.counterHost(&runs, 0), e.counterHost(&runs, 0)
+	old.own(shard0, 100)
+	mustCall(t, old, "counter", "c1", `{"add":1}`, `{"total":1}`)
+
+	next.own(shard0, 101)
+	ops.take()
+	mustCall(t, next, "counter", "c1", `{"add":10}`, `{"total":11}`)
+	if got := ops.take(); got["get"] != 1 || got["put"] != 2 {
+		t.Fatalf("activation by a new ownership and a save: %v, want 1 GET + 1 PUT (fence) + 1 PUT", got)
+	}
+	before := e.stored("counter", "c1")
+
+	_, err := old.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":100}`)
+	var fe *state.FencedError
+	if !errors.Is(err, ErrStateFenced) || !errors.As(err, &fe) || fe.Epoch != 100 || fe.Stored != 101 {
+		t.Fatalf("stale owner's save: %v, want ErrStateFenced 100 < 101", err)
+	}
+	after := e.stored("counter", "c1")
+	if after.Rev != before.Rev || total(t, after) != 11 || after.Epoch != 101 {
+		t.Fatalf("object changed by the stale save: %+v, was %+v", after, before)
+	}
+	// Its instance was discarded; activating again is refused.
+	_, err = old.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":100}`)
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Reason != RefusedNotOwner {
+		t.Fatalf("stale owner's activation: %v, want a not-owner refusal", err)
+	}
+	if v := testutil.ToFloat64(old.metrics.stateSaves[stateConflict]); v != 1 {
+		t.Fatalf("conflicts = %v, want 1", v)
+	}
+	if total(t, e.stored("counter", "c1")) != 11 {
+		t.Fatal("object changed")
+	}
+}
+
+// TestStateHandoffAndCrash: the state survives a planned release and a
+// lost shard, taken over by another host under a higher epoch.
+func TestStateHandoffAndCrash(t *testing.T) {
+	e, _ := stateEnv(t)
+	var runs atomic.Int32
+	a, b, c := e.counterHost(&runs, 0), e.counterHost(&runs, 0), e.counterHost(&runs, 0)
+	oa := a.own(shard0, 100)
+	mustCall(t, a, "counter", "c1", `{"add":1}`, `{"total":1}`)
+	oa.end(sharding.LossReleased)
+	a.ShardReleasing(ctxFor(t, 10*time.Second), oa.Ownership)
+
+	ob := b.own(shard0, 101)
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":2}`)
+	ob.end(sharding.LossLockLost)
+	b.ShardLost(ob.Ownership, sharding.LossLockLost)
+
+	c.own(shard0, 102)
+	mustCall(t, c, "counter", "c1", `{"add":1}`, `{"total":3}`)
+	if env := e.stored("counter", "c1"); env.Epoch != 102 || total(t, env) != 3 {
+		t.Fatalf("stored: %+v", env)
+	}
+}
+
+// TestStateTaskExactlyOnce: a task's state is written with its id before
+// its completion is committed; the owner crashes in between (its commit
+// held until the shard is lost), and the successor completes the task
+// with the recorded result without running the handler again.
+func TestStateTaskExactlyOnce(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	a, b := e.counterHost(&runs, 0), e.counterHost(&runs, 0)
+	ops.holdCommits.Store(true)
+	oa := a.own(shard0, 100)
+	tk := e.submit(task.SubmitRequest{Type: "counter", Entity: "c1", Input: json.RawMessage(`{"add":5}`)})
+	select {
+	case <-ops.held:
+	case <-ctxFor(t, 20*time.Second).Done():
+		t.Fatal("the task's commit never came")
+	}
+	if env := e.stored("counter", "c1"); total(t, env) != 5 || len(env.Applied) != 1 || env.Applied[0].Task != tk.ID {
+		t.Fatalf("state before the commit: %+v", env)
+	}
+	oa.end(sharding.LossLockLost)
+	a.ShardLost(oa.Ownership, sharding.LossLockLost)
+	ops.holdCommits.Store(false)
+
+	b.own(shard0, 101)
+	done := e.final(tk.Ref(), 30*time.Second)
+	if done.Status != task.Completed || string(done.Result) != `{"total":5}` {
+		t.Fatalf("task: %s %s", done.Status, done.Result)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	if env := e.stored("counter", "c1"); total(t, env) != 5 || env.Epoch != 101 {
+		t.Fatalf("stored: %+v", env)
+	}
+}
+
+// TestStateTaskFailureDropsStaged: a failing task's saved state is not
+// written, and the instance is discarded (the retry reloads).
+func TestStateTaskFailureDropsStaged(t *testing.T) {
+	e, _ := stateEnv(t)
+	var runs atomic.Int32
+	b := e.counterHost(&runs, 0)
+	b.own(shard0, 100)
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":1}`)
+	tk := e.submit(task.SubmitRequest{Type: "counter", Entity: "c1", Input: json.RawMessage(`{"add":5,"fail":true}`), MaxAttempts: 1})
+	if done := e.final(tk.Ref(), 30*time.Second); done.Status != task.Failed {
+		t.Fatalf("task: %s", done.Status)
+	}
+	if env := e.stored("counter", "c1"); total(t, env) != 1 {
+		t.Fatalf("a failed task's state was written: %s", env.State)
+	}
+	// The discarded instance's memory (6) is gone: the next call reloads.
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":2}`)
+}
+
+// TestStateWriteBehind: saves coalesce; passivation and a planned release
+// flush; a lost shard does not; a short delay flushes by itself.
+func TestStateWriteBehind(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	a := e.counterHost(&runs, time.Hour)
+	oa := a.own(shard0, 100)
+	for range 10 {
+		if _, err := a.call(ctxFor(t, 10*time.Second), "lazy", "w", `{"add":1}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ops.take(); got["put"] != 1 {
+		t.Fatalf("10 saves written behind: %v, want only the activation's Create", got)
+	}
+	a.resident.passivateIdle(a.Host, time.Now())
+	if got := ops.take(); got["put"] != 1 {
+		t.Fatalf("passivation: %v, want 1 PUT", got)
+	}
+	if n := total(t, e.stored("lazy", "w")); n != 10 {
+		t.Fatalf("after passivation: total %d", n)
+	}
+
+	mustCall(t, a, "lazy", "w", `{"add":1}`, `{"total":11}`)
+	oa.end(sharding.LossReleased)
+	a.ShardReleasing(ctxFor(t, 10*time.Second), oa.Ownership)
+	if n := total(t, e.stored("lazy", "w")); n != 11 {
+		t.Fatalf("after release: total %d, want 11", n)
+	}
+
+	b := e.counterHost(&runs, time.Hour)
+	ob := b.own(shard0, 101)
+	mustCall(t, b, "lazy", "w", `{"add":1}`, `{"total":12}`)
+	ob.end(sharding.LossLockLost)
+	b.ShardLost(ob.Ownership, sharding.LossLockLost)
+	testenv.WaitFor(t, "the lost shard's executor to stop", 10*time.Second, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.execs) == 0
+	})
+	if n := total(t, e.stored("lazy", "w")); n != 11 {
+		t.Fatalf("after a loss: total %d, want 11 (nothing flushed)", n)
+	}
+
+	c := e.counterHost(&runs, 20*time.Millisecond)
+	c.own(shard0, 102)
+	mustCall(t, c, "lazy", "w", `{"add":1}`, `{"total":12}`)
+	testenv.WaitFor(t, "the write-behind flush", 10*time.Second, func() bool { return total(t, e.stored("lazy", "w")) == 12 })
+}
+
+// TestStateLimits: a state over MaxStateSize is refused with a clear error
+// and nothing written; a corrupt object refuses its entity, naming the
+// key, while another entity of the same shard works.
+func TestStateLimits(t *testing.T) {
+	e, _ := stateEnv(t)
+	e.ecfg.MaxStateSize = 16
+	var runs atomic.Int32
+	b := e.counterHost(&runs, 0)
+	b.own(shard0, 100)
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":1}`)
+	_, err := b.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":1000000000000}`)
+	var tl *state.TooLargeError
+	if !errors.Is(err, ErrStateTooLarge) || !errors.As(err, &tl) || tl.Limit != 16 {
+		t.Fatalf("big save: %v", err)
+	}
+	if n := total(t, e.stored("counter", "c1")); n != 1 {
+		t.Fatalf("stored total %d after a refused save", n)
+	}
+
+	key := state.Key(shard0, "counter", "bad")
+	if _, err := e.tasks.Objects().Put(ctxFor(t, 10*time.Second), key, []byte(`{"type":"counter","id":"bad",`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.call(ctxFor(t, 10*time.Second), "counter", "bad", `{"add":1}`)
+	if !errors.Is(err, ErrStateCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("corrupt: %v, want ErrStateCorrupt naming %s", err, key)
+	}
+	mustCall(t, b, "counter", "c2", `{"add":1}`, `{"total":1}`)
+	if v := testutil.ToFloat64(b.metrics.stateLoads[stateCorrupt]); v != 1 {
+		t.Fatalf("corrupt loads = %v", v)
+	}
+	// The operator deletes it; the entity starts afresh.
+	if err := state.NewStore(e.tasks.Objects()).Delete(ctxFor(t, 10*time.Second), shard0, "counter", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	mustCall(t, b, "counter", "bad", `{"add":1}`, `{"total":1}`)
+}
+
+// typedCounter is the durable counter as a typed handler; {"clear":true}
+// clears the state.
+type typedCounter struct{ st *State[counterState] }
+
+func (c *typedCounter) Handle(ctx context.Context, _ *task.Task, in struct {
+	Add   int  `json:"add"`
+	Clear bool `json:"clear"`
+}) (counterState, error) {
+	if in.Clear {
+		return counterState{}, c.st.Clear(ctx)
+	}
+	c.st.Get().Total += in.Add
+	return *c.st.Get(), c.st.Save(ctx)
+}
+
+// TestStateTypedAndClear: StatefulHandler adapts a typed handler; Clear
+// stores null and keeps the fence (the object stays, its epoch recorded).
+func TestStateTypedAndClear(t *testing.T) {
+	e, _ := stateEnv(t)
+	b := e.bareHost(func(h *Host) {
+		f := StatefulHandler(func(_ string, st *State[counterState]) (Handler[struct {
+			Add   int  `json:"add"`
+			Clear bool `json:"clear"`
+		}, counterState], error) {
+			return &typedCounter{st: st}, nil
+		})
+		if err := h.Register("typed", f); err != nil {
+			t.Fatal(err)
+		}
+	})
+	b.own(shard0, 100)
+	mustCall(t, b, "typed", "t1", `{"add":4}`, `{"total":4}`)
+	mustCall(t, b, "typed", "t1", `{"clear":true}`, `{"total":0}`)
+	env := e.stored("typed", "t1")
+	if env.HasState() || env.Epoch != 100 || env.Rev != 3 {
+		t.Fatalf("after Clear: %+v, want null state, epoch 100, rev 3", env)
+	}
+	b.resident.passivateIdle(b.Host, time.Now())
+	mustCall(t, b, "typed", "t1", `{"add":1}`, `{"total":1}`)
+}
