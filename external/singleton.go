@@ -52,7 +52,14 @@ func WithRunnerID(id string) SingletonOption {
 // already a singleton type of h is an error naming it. Singleton types are
 // a namespace of their own (see entity.Host.RegisterSingleton): a task
 // type of the same name is not a conflict.
-func RegisterSingletons(h *entity.Host, specs []string, opts ...SingletonOption) error {
+func RegisterSingletons(h *entity.Host, specs []string) error {
+	return RegisterSingletonsWith(h, specs)
+}
+
+// RegisterSingletonsWith is RegisterSingletons with options: a runner
+// that knows its id gives it with WithRunnerID, so that its singletons
+// name it.
+func RegisterSingletonsWith(h *entity.Host, specs []string, opts ...SingletonOption) error {
 	type pending struct {
 		typ string
 		f   entity.SingletonFactory

@@ -23,8 +23,8 @@ import (
 
 // collectSingletons registers specs as a runner does (Types.Collect) on
 // top of what types holds.
-func collectSingletons(types *entity.Types, specs []string, opts ...SingletonOption) error {
-	return types.Collect(func(h *entity.Host) error { return RegisterSingletons(h, specs, opts...) })
+func collectSingletons(types *entity.Types, specs []string) error {
+	return types.Collect(func(h *entity.Host) error { return RegisterSingletons(h, specs) })
 }
 
 func TestRegisterSingletons(t *testing.T) {

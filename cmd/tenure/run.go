@@ -123,7 +123,7 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config, singletons ...s
 	}()
 	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers)),
 		runner.WithTypes(func(h *entity.Host) error {
-			return external.RegisterSingletons(h, singletons, external.WithRunnerID(cfg.RunnerID))
+			return external.RegisterSingletonsWith(h, singletons, external.WithRunnerID(cfg.RunnerID))
 		}))
 	if err != nil {
 		return err
