@@ -40,7 +40,8 @@ type singletonRecorder struct {
 	mu         sync.Mutex
 	runs       []singletonRun
 	open       map[int]bool // indexes into runs
-	violations []string
+	violations []string     // starts while another run was open
+	bad        []string     // requests that do not name the singleton or the runner
 }
 
 func newSingletonRecorder(t testing.TB) *singletonRecorder {
@@ -75,8 +76,9 @@ func (r *singletonRecorder) serve(w http.ResponseWriter, req *http.Request) {
 		r.violations = append(r.violations, fmt.Sprintf("%s started at %s while %s's run (since %s) was open",
 			id, now.Format("15:04:05.000000"), r.runs[i].runner, r.runs[i].start.Format("15:04:05.000000")))
 	}
-	if body.Singleton != "leader" || body.Runner != id {
-		r.violations = append(r.violations, fmt.Sprintf("%s sent %+v", id, body))
+	// The runner names itself when it knows its id (RegisterSingletonsWith).
+	if body.Singleton != "leader" || body.Runner != "" && body.Runner != id {
+		r.bad = append(r.bad, fmt.Sprintf("%s sent %+v", id, body))
 	}
 	n := len(r.runs)
 	r.runs = append(r.runs, singletonRun{runner: id, start: now})
@@ -109,6 +111,13 @@ func (r *singletonRecorder) snapshot() ([]singletonRun, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.runs), slices.Clone(r.violations)
+}
+
+// badRequests returns the requests that named another singleton or runner.
+func (r *singletonRecorder) badRequests() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.bad)
 }
 
 // awaitHolder waits for an open run on a runner other than not, started
@@ -262,6 +271,9 @@ func TestSingletonAcrossKillDrainAndPartition(t *testing.T) {
 	t.Logf("%d runs: %s", len(runs), strings.Join(lines, ", "))
 	for _, v := range violations {
 		t.Errorf("overlap: %s", v)
+	}
+	for _, b := range rec.badRequests() {
+		t.Errorf("bad request: %s", b)
 	}
 	// The same from the whole record: each run starts after the one
 	// before it ended.
