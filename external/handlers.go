@@ -74,39 +74,56 @@ func splitTypeSpec(s, what string) (typ, spec string, err error) {
 // built-in type (runner.BuiltinTypes) or already registered on h is an
 // error naming it.
 func RegisterHandlers(h *entity.Host, specs []string) error {
+	registered := h.Types()
+	taken := func(typ string) string {
+		switch {
+		case slices.Contains(runner.BuiltinTypes(), typ):
+			return fmt.Sprintf("type %q is built in and cannot be overridden", typ)
+		case slices.Contains(registered, typ):
+			return fmt.Sprintf("type %q is already registered on this host", typ)
+		}
+		return ""
+	}
+	build := func(_, spec string) (entity.HandlerFunc, error) { return NewHandler(spec, nil) }
+	return registerAll(specs, "handler", taken, build, h.RegisterFunc)
+}
+
+// registerAll checks every TYPE=SPEC of specs (for what: "handler" or
+// "singleton"), then registers them all, so that a bad spec registers
+// none: the type must be valid, given once, and not taken (a reason, or
+// ""); build makes what register registers.
+func registerAll[F any](specs []string, what string, taken func(typ string) string,
+	build func(typ, spec string) (F, error), register func(typ string, f F) error) error {
 	type pending struct {
 		typ string
-		fn  entity.HandlerFunc
+		f   F
 	}
 	var all []pending
 	seen := map[string]string{}
-	registered := h.Types()
 	for _, s := range specs {
-		typ, spec, err := ParseHandler(s)
+		typ, spec, err := splitTypeSpec(s, what)
 		if err != nil {
 			return err
 		}
+		bad := func(reason string) error { return &HandlerSpecError{Spec: s, Reason: reason, For: what} }
 		if err := task.ValidateType(typ); err != nil {
-			return &HandlerSpecError{Spec: s, Reason: err.Error()}
-		}
-		if slices.Contains(runner.BuiltinTypes(), typ) {
-			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q is built in and cannot be overridden", typ)}
+			return bad(err.Error())
 		}
 		if prev, dup := seen[typ]; dup {
-			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q already has a handler (%q)", typ, prev)}
+			return bad(fmt.Sprintf("type %q already has a %s (%q)", typ, what, prev))
 		}
-		if slices.Contains(registered, typ) {
-			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q is already registered on this host", typ)}
+		if reason := taken(typ); reason != "" {
+			return bad(reason)
 		}
 		seen[typ] = s
-		fn, err := NewHandler(spec, nil)
+		f, err := build(typ, spec)
 		if err != nil {
 			return fmt.Errorf("type %s: %w", typ, err)
 		}
-		all = append(all, pending{typ, fn})
+		all = append(all, pending{typ, f})
 	}
 	for _, p := range all {
-		if err := h.RegisterFunc(p.typ, p.fn); err != nil {
+		if err := register(p.typ, p.f); err != nil {
 			return err
 		}
 	}

@@ -11,10 +11,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
 )
 
@@ -60,43 +60,15 @@ func RegisterSingletons(h *entity.Host, specs []string) error {
 // that knows its id gives it with WithRunnerID, so that its singletons
 // name it.
 func RegisterSingletonsWith(h *entity.Host, specs []string, opts ...SingletonOption) error {
-	type pending struct {
-		typ string
-		f   entity.SingletonFactory
-	}
-	var all []pending
-	seen := map[string]string{}
 	registered := h.SingletonTypes()
-	for _, s := range specs {
-		typ, spec, err := splitTypeSpec(s, "singleton")
-		if err != nil {
-			return err
+	taken := func(typ string) string {
+		if slices.Contains(registered, typ) {
+			return fmt.Sprintf("type %q is already a singleton on this host", typ)
 		}
-		bad := func(reason string) error { return &HandlerSpecError{Spec: s, Reason: reason, For: "singleton"} }
-		if err := task.ValidateType(typ); err != nil {
-			return bad(err.Error())
-		}
-		if prev, dup := seen[typ]; dup {
-			return bad(fmt.Sprintf("singleton %q is already given (%q)", typ, prev))
-		}
-		for _, r := range registered {
-			if r == typ {
-				return bad(fmt.Sprintf("singleton %q is already registered on this host", typ))
-			}
-		}
-		seen[typ] = s
-		f, err := NewSingleton(typ, spec, opts...)
-		if err != nil {
-			return fmt.Errorf("singleton %s: %w", typ, err)
-		}
-		all = append(all, pending{typ, f})
+		return ""
 	}
-	for _, p := range all {
-		if err := h.RegisterSingleton(p.typ, p.f); err != nil {
-			return err
-		}
-	}
-	return nil
+	build := func(typ, spec string) (entity.SingletonFactory, error) { return NewSingleton(typ, spec, opts...) }
+	return registerAll(specs, "singleton", taken, build, h.RegisterSingleton)
 }
 
 // NewSingleton builds the factory of singleton type typ from a spec:

@@ -46,12 +46,12 @@ func TestRegisterSingletons(t *testing.T) {
 		specs []string
 		want  string
 	}{
-		{[]string{"a=exec:true", "a=exec:false"}, `singleton "a" is already given`},
+		{[]string{"a=exec:true", "a=exec:false"}, `type "a" already has a singleton`},
 		{[]string{"b=exec:true", "c=ftp://x"}, `unknown kind "ftp"`},
 		{[]string{"noequals"}, `want TYPE=SPEC`},
 		{[]string{"=exec:true"}, `want TYPE=SPEC`},
 		{[]string{"bad/type=exec:true"}, `not one of`},
-		{[]string{"d=exec:true", "leader=exec:true"}, `singleton "leader" is already registered`},
+		{[]string{"d=exec:true", "leader=exec:true"}, `type "leader" is already a singleton`},
 		{[]string{"e=http:"}, `no URL after http:`},
 		{[]string{"f=exec: "}, `no command after exec:`},
 	} {
