@@ -9,6 +9,13 @@
 // An embedding service may still use it, with RegisterHandlers or
 // NewHandler, to serve a type by an existing HTTP service or script.
 //
+// Singletons are run outside the same two ways (RegisterSingletons,
+// NewSingleton; `tenure run --singleton TYPE=SPEC`): an http: singleton is
+// a request held open to an endpoint for as long as the singleton runs on
+// this runner, so the endpoint sees it stop as the connection's close; an
+// exec: singleton is a command that runs until it exits or is stopped as
+// an interrupted exec: task is.
+//
 // # Platforms
 //
 // The exec: handler runs its command through a shell in a process group of

@@ -36,30 +36,7 @@ func execHandler(command string, grace time.Duration) entity.HandlerFunc {
 		// cannot kill with the command (Windows), may hold stdout open:
 		// stop waiting for it this long after the command exits.
 		cmd.WaitDelay = grace + time.Second
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("exec handler: start %s: %w", cmd.Args[0], err)
-		}
-		proc := cmd.Process
-		exited := make(chan struct{})
-		go func() {
-			select {
-			case <-exited:
-				return
-			case <-ctx.Done():
-			}
-			terminate(proc)
-			timer := time.NewTimer(grace)
-			defer timer.Stop()
-			select {
-			case <-exited:
-			case <-timer.C:
-				kill(proc)
-			}
-		}()
-		err := cmd.Wait()
-		close(exited)
-		// Whatever the command left running in its group ends with it.
-		kill(proc)
+		err := runGroup(ctx, cmd, grace)
 		if cause := context.Cause(ctx); cause != nil {
 			return nil, cause
 		}
@@ -86,22 +63,59 @@ func execHandler(command string, grace time.Duration) entity.HandlerFunc {
 	}
 }
 
+// runGroup starts cmd (made by shellCommand) and waits for it to exit.
+// When ctx ends first the command's group gets terminate, then kill after
+// grace; whatever the command left running in its group is killed when it
+// exits. A start failure is returned as "start NAME: …".
+func runGroup(ctx context.Context, cmd *exec.Cmd, grace time.Duration) error {
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", cmd.Args[0], err)
+	}
+	proc := cmd.Process
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-exited:
+			return
+		case <-ctx.Done():
+		}
+		terminate(proc)
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-exited:
+		case <-timer.C:
+			kill(proc)
+		}
+	}()
+	err := cmd.Wait()
+	close(exited)
+	kill(proc)
+	return err
+}
+
 // taskEnv is the command's environment: the runner's without its TENURE_*
 // configuration, plus the task's identity.
 func taskEnv(environ []string, t *task.Task) []string {
-	env := make([]string, 0, len(environ)+5)
-	for _, kv := range environ {
-		if !strings.HasPrefix(kv, runner.EnvPrefix) {
-			env = append(env, kv)
-		}
-	}
-	return append(env,
+	return append(commandEnv(environ, 5),
 		runner.TaskEnvPrefix+"ID="+t.ID,
 		runner.TaskEnvPrefix+"REF="+t.Ref(),
 		runner.TaskEnvPrefix+"TYPE="+t.Type,
 		runner.TaskEnvPrefix+"ENTITY="+t.Entity,
 		runner.TaskEnvPrefix+"ATTEMPT="+strconv.Itoa(t.Attempt),
 	)
+}
+
+// commandEnv is environ without the runner's TENURE_* configuration, which
+// may hold credentials, with room for extra more variables.
+func commandEnv(environ []string, extra int) []string {
+	env := make([]string, 0, len(environ)+extra)
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, runner.EnvPrefix) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // capBuffer keeps the first max bytes written and notes whether there was

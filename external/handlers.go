@@ -40,20 +40,30 @@ const (
 type HandlerSpecError struct {
 	Spec   string // as given
 	Reason string
+	// For is what the spec is for: "handler" (also when empty) or
+	// "singleton".
+	For string
 }
 
 func (e *HandlerSpecError) Error() string {
-	return fmt.Sprintf("%v: handler %q: %s", runner.ErrInvalidConfig, e.Spec, e.Reason)
+	what := e.For
+	if what == "" {
+		what = "handler"
+	}
+	return fmt.Sprintf("%v: %s %q: %s", runner.ErrInvalidConfig, what, e.Spec, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, runner.ErrInvalidConfig) hold.
 func (e *HandlerSpecError) Unwrap() error { return runner.ErrInvalidConfig }
 
 // ParseHandler splits a TYPE=SPEC handler flag.
-func ParseHandler(s string) (typ, spec string, err error) {
+func ParseHandler(s string) (typ, spec string, err error) { return splitTypeSpec(s, "handler") }
+
+// splitTypeSpec splits a TYPE=SPEC flag of a handler or singleton (what).
+func splitTypeSpec(s, what string) (typ, spec string, err error) {
 	typ, spec, ok := strings.Cut(s, "=")
 	if !ok || typ == "" || spec == "" {
-		return "", "", fmt.Errorf("%w: handler %q: want TYPE=SPEC (http:URL or exec:COMMAND)", runner.ErrInvalidConfig, s)
+		return "", "", fmt.Errorf("%w: %s %q: want TYPE=SPEC (http:URL or exec:COMMAND)", runner.ErrInvalidConfig, what, s)
 	}
 	return typ, spec, nil
 }
@@ -64,39 +74,56 @@ func ParseHandler(s string) (typ, spec string, err error) {
 // built-in type (runner.BuiltinTypes) or already registered on h is an
 // error naming it.
 func RegisterHandlers(h *entity.Host, specs []string) error {
+	registered := h.Types()
+	taken := func(typ string) string {
+		switch {
+		case slices.Contains(runner.BuiltinTypes(), typ):
+			return fmt.Sprintf("type %q is built in and cannot be overridden", typ)
+		case slices.Contains(registered, typ):
+			return fmt.Sprintf("type %q is already registered on this host", typ)
+		}
+		return ""
+	}
+	build := func(_, spec string) (entity.HandlerFunc, error) { return NewHandler(spec, nil) }
+	return registerAll(specs, "handler", taken, build, h.RegisterFunc)
+}
+
+// registerAll checks every TYPE=SPEC of specs (for what: "handler" or
+// "singleton"), then registers them all, so that a bad spec registers
+// none: the type must be valid, given once, and not taken (a reason, or
+// ""); build makes what register registers.
+func registerAll[F any](specs []string, what string, taken func(typ string) string,
+	build func(typ, spec string) (F, error), register func(typ string, f F) error) error {
 	type pending struct {
 		typ string
-		fn  entity.HandlerFunc
+		f   F
 	}
 	var all []pending
 	seen := map[string]string{}
-	registered := h.Types()
 	for _, s := range specs {
-		typ, spec, err := ParseHandler(s)
+		typ, spec, err := splitTypeSpec(s, what)
 		if err != nil {
 			return err
 		}
+		bad := func(reason string) error { return &HandlerSpecError{Spec: s, Reason: reason, For: what} }
 		if err := task.ValidateType(typ); err != nil {
-			return &HandlerSpecError{Spec: s, Reason: err.Error()}
-		}
-		if slices.Contains(runner.BuiltinTypes(), typ) {
-			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q is built in and cannot be overridden", typ)}
+			return bad(err.Error())
 		}
 		if prev, dup := seen[typ]; dup {
-			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q already has a handler (%q)", typ, prev)}
+			return bad(fmt.Sprintf("type %q already has a %s (%q)", typ, what, prev))
 		}
-		if slices.Contains(registered, typ) {
-			return &HandlerSpecError{Spec: s, Reason: fmt.Sprintf("type %q is already registered on this host", typ)}
+		if reason := taken(typ); reason != "" {
+			return bad(reason)
 		}
 		seen[typ] = s
-		fn, err := NewHandler(spec, nil)
+		f, err := build(typ, spec)
 		if err != nil {
 			return fmt.Errorf("type %s: %w", typ, err)
 		}
-		all = append(all, pending{typ, fn})
+		all = append(all, pending{typ, f})
 	}
 	for _, p := range all {
-		if err := h.RegisterFunc(p.typ, p.fn); err != nil {
+		if err := register(p.typ, p.f); err != nil {
 			return err
 		}
 	}
@@ -132,34 +159,55 @@ func RegisterHandlers(h *entity.Host, specs []string) error {
 //
 // A spec that does not parse gives a *HandlerSpecError naming it.
 func NewHandler(spec string, client *http.Client) (entity.HandlerFunc, error) {
+	p, err := parseSpec(spec, "handler")
+	if err != nil {
+		return nil, err
+	}
+	if p.command != "" {
+		return execHandler(p.command, ExecKillGrace), nil
+	}
+	if client == nil {
+		client = defaultHandlerClient()
+	}
+	return httpHandler(p.url, client), nil
+}
+
+// parsedSpec is an http:URL (url set) or exec:COMMAND (command set) spec.
+type parsedSpec struct {
+	url, command string
+}
+
+// parseSpec checks an http:URL or exec:COMMAND spec of a handler or
+// singleton (what).
+func parseSpec(spec, what string) (parsedSpec, error) {
+	bad := func(reason string) (parsedSpec, error) {
+		return parsedSpec{}, &HandlerSpecError{Spec: spec, Reason: reason, For: what}
+	}
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok {
-		return nil, &HandlerSpecError{Spec: spec, Reason: "want http:URL or exec:COMMAND"}
+		return bad("want http:URL or exec:COMMAND")
 	}
 	switch kind {
 	case "http":
 		u, err := url.Parse(arg)
 		switch {
 		case arg == "":
-			return nil, &HandlerSpecError{Spec: spec, Reason: "no URL after http:"}
+			return bad("no URL after http:")
 		case err != nil:
-			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL does not parse: %v", err)}
+			return bad(fmt.Sprintf("URL does not parse: %v", err))
 		case u.Scheme != "http" && u.Scheme != "https":
-			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL %q must start with http:// or https://", arg)}
+			return bad(fmt.Sprintf("URL %q must start with http:// or https://", arg))
 		case u.Host == "":
-			return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("URL %q has no host", arg)}
+			return bad(fmt.Sprintf("URL %q has no host", arg))
 		}
-		if client == nil {
-			client = defaultHandlerClient()
-		}
-		return httpHandler(u.String(), client), nil
+		return parsedSpec{url: u.String()}, nil
 	case "exec":
 		if strings.TrimSpace(arg) == "" {
-			return nil, &HandlerSpecError{Spec: spec, Reason: "no command after exec:"}
+			return bad("no command after exec:")
 		}
-		return execHandler(arg, ExecKillGrace), nil
+		return parsedSpec{command: arg}, nil
 	}
-	return nil, &HandlerSpecError{Spec: spec, Reason: fmt.Sprintf("unknown kind %q: want http:URL or exec:COMMAND", kind)}
+	return bad(fmt.Sprintf("unknown kind %q: want http:URL or exec:COMMAND", kind))
 }
 
 // attemptTimeout bounds one attempt of t: its own timeout, or the default

@@ -123,7 +123,7 @@ func Dev(ctx context.Context, cli *CLI, args []string) error {
 		cfg.AdminAddr = "127.0.0.1:" + strconv.Itoa(*adminBase+i-1)
 		cfg.AdvertiseAddr = cfg.AdminAddr
 		cfg.DrainTimeout = runner.Duration(5 * time.Second)
-		r, err := runner.New(cfg, runner.WithTypes(standardTypes(nil, nil)))
+		r, err := runner.New(cfg, runner.WithTypes(standardTypes(nil, nil, "")))
 		if err != nil {
 			return err
 		}

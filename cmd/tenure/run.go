@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -129,7 +128,8 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
 		defer cancel()
 		shutdown(sctx)
 	}()
-	r, err := runner.New(cfg, runner.WithTracerProvider(tp), runner.WithTypes(standardTypes(cfg.Handlers, cfg.Singletons)))
+	r, err := runner.New(cfg, runner.WithTracerProvider(tp),
+		runner.WithTypes(standardTypes(cfg.Handlers, cfg.Singletons, cfg.RunnerID)))
 	if err != nil {
 		return err
 	}
@@ -138,19 +138,9 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
 	return r.Run(ctx)
 }
 
-// registerSingletons registers the configured singleton types (TYPE=SPEC).
-//
-// MERGE NOTE (issue 13): the lead sets this to external.RegisterSingletons
-// when engineer D's branch is merged (`var registerSingletons =
-// external.RegisterSingletons`). It is nil on this branch, where a config
-// naming singletons is refused with errNoSingletons.
-var registerSingletons func(h *entity.Host, specs []string) error
-
-var errNoSingletons = errors.New("singletons: this build cannot register singleton handlers (external.RegisterSingletons is not linked in)")
-
 // standardTypes registers the built-in and configured handlers and
-// singletons.
-func standardTypes(handlers, singletons []string) func(*entity.Host) error {
+// singletons (an http: singleton names runnerID in its request).
+func standardTypes(handlers, singletons []string, runnerID string) func(*entity.Host) error {
 	return func(h *entity.Host) error {
 		if err := runner.RegisterBuiltins(h); err != nil {
 			return err
@@ -158,13 +148,7 @@ func standardTypes(handlers, singletons []string) func(*entity.Host) error {
 		if err := external.RegisterHandlers(h, handlers); err != nil {
 			return err
 		}
-		if len(singletons) == 0 {
-			return nil
-		}
-		if registerSingletons == nil {
-			return fmt.Errorf("%w: %s", errNoSingletons, strings.Join(singletons, ", "))
-		}
-		return registerSingletons(h, singletons)
+		return external.RegisterSingletonsWith(h, singletons, external.WithRunnerID(runnerID))
 	}
 }
 
