@@ -58,7 +58,7 @@ func TestRegisterHandlers(t *testing.T) {
 	if err := RegisterHandlers(h, []string{"hook=http:http://127.0.0.1:1/x", "script=exec:cat"}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"echo", "hook", "script", "sleep"}
+	want := []string{"counter", "echo", "hook", "script", "sleep"}
 	if got := slices.Sorted(slices.Values(h.Types())); !slices.Equal(got, want) {
 		t.Fatalf("types = %v, want %v", got, want)
 	}
