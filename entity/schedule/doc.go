@@ -28,9 +28,10 @@
 //
 // Failover: ticks are missed for as long as the schedule's shard has no
 // owner (the lease TTL after a crash), plus the task lease when the driver
-// was running, plus up to the entity's OrphanWait when the crash fell
-// between the ready pointer and the object of the next driver (the
-// pointer then heads the driver entity's mailbox that long).
+// was running. A crash between the ready pointer and the object of the
+// next driver leaves the pointer heading the driver entity's mailbox; the
+// late run that follows re-submits that driver (same id), so the chain
+// does not wait out the host's OrphanWait.
 //
 // Costs: a tick is one schedule GET, one S3 time read (usually cached), and
 // two Submits (fired task and next driver: a pointer PUT and a conditional

@@ -141,6 +141,19 @@ func (c *Client) drive(ctx context.Context, t *task.Task) (json.RawMessage, erro
 		res.Fired = id
 	}
 	c.m.fires.WithLabelValues(OutcomeSkipped).Add(float64(d.skipped))
+	// A late run may be this driver's second: the first ran on time,
+	// wrote the ready pointer of the tick after it, and died before that
+	// task's object. The pointer would head this schedule's mailbox for
+	// the host's orphan wait (10s), holding the chain back, so the
+	// successor an on-time run submits is submitted again: its object
+	// appears and its driver, late too, goes on to the same tick as this
+	// one (the chains meet on the first tick both reach; ids are derived
+	// from the tick).
+	if succ := next(sched, loc, in.Tick); !succ.IsZero() && !succ.Equal(d.next) {
+		if err := c.submitDriver(ctx, s, succ); err != nil {
+			return nil, fmt.Errorf("schedule %s: re-submitting tick %s: %w", name, succ.Format(time.RFC3339), err)
+		}
+	}
 	if !d.next.IsZero() {
 		if err := c.submitDriver(ctx, s, d.next); err != nil {
 			return nil, fmt.Errorf("schedule %s: scheduling tick %s: %w", name, d.next.Format(time.RFC3339), err)
