@@ -24,8 +24,9 @@ import (
 //
 // So it is fenced, retried, taken over and completed once like any task
 // (DESIGN §6: it survives failover and fires once), it runs in the
-// entity's mailbox, and registering the same reminder twice (a handler
-// run again after a crash) makes one task. It reaches the entity's Handle
+// entity's mailbox, and registering the same reminder at the same time
+// twice (a handler run again after a crash) makes one task; RemindAfter
+// reads the clock anew, and the replacement by name leaves one pending. It reaches the entity's Handle
 // with the input given to Remind; ReminderFrom tells it apart.
 //
 // Cost: Remind is one task submission (2 PUTs and a wake-up) plus one
