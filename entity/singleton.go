@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,13 +98,6 @@ func (s *singletonTypes) register(typ string, f SingletonFactory) error {
 	return nil
 }
 
-func (s *singletonTypes) has(typ string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, ok := s.m[typ]
-	return ok
-}
-
 func (s *singletonTypes) names() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -187,15 +181,7 @@ func (h *Host) Singletons() []SingletonStatus {
 	for _, s := range sups {
 		out = append(out, s.status())
 	}
-	slices.SortFunc(out, func(a, b SingletonStatus) int {
-		if a.Type < b.Type {
-			return -1
-		}
-		if a.Type > b.Type {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b SingletonStatus) int { return strings.Compare(a.Type, b.Type) })
 	return out
 }
 

@@ -195,10 +195,10 @@ func TestSingletonOneInstanceAcrossHandoffAndCrash(t *testing.T) {
 
 // TestSingletonStopsOnPartition: a partitioned holder stops its singleton
 // before a successor can start it, in enforce mode (the shard is dropped)
-// and in observe mode (the shard is kept, the detachment decision still
-// bounds Run); healed, the cluster runs it once again.
+// and in observe and off mode (the shard is kept, the detachment decision
+// still bounds Run); healed, the cluster runs it once again.
 func TestSingletonStopsOnPartition(t *testing.T) {
-	for _, mode := range []detachment.Mode{detachment.ModeEnforce, detachment.ModeObserve} {
+	for _, mode := range []detachment.Mode{detachment.ModeEnforce, detachment.ModeObserve, detachment.ModeOff} {
 		t.Run(string(mode), func(t *testing.T) {
 			e, audit, reg := singletonEnv(t, mode)
 			for _, id := range []string{"r1", "r2"} {

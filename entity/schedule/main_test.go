@@ -2,12 +2,10 @@ package schedule
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurehq/tenure/entity/task"
@@ -58,10 +56,7 @@ type env struct {
 func newEnv(t *testing.T, shards int, opts ...Option) *env {
 	t.Helper()
 	gw := testenv.SharedS3(t)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	cli := awss3.New(gw.Client().Options(), func(o *awss3.Options) { o.HTTPClient = &http.Client{Transport: tr} })
-	obj, err := s3store.New(cli, gw.Bucket(t), s3store.WithPrefix("tenure/"+testenv.Name(t, 40)+"/"))
+	obj, err := s3store.New(gw.OwnClient(t), gw.Bucket(t), s3store.WithPrefix("tenure/"+testenv.Name(t, 40)+"/"))
 	if err != nil {
 		t.Fatalf("s3 store: %v", err)
 	}

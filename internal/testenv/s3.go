@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -78,6 +79,15 @@ func NewS3Client(endpoint, region, accessKey, secretKey string) *awss3.Client {
 
 // Client returns an SDK client of the gateway with root credentials.
 func (s *S3) Client() *awss3.Client { return s.client }
+
+// OwnClient returns a client like Client with a connection pool of its
+// own, closed at t's cleanup, so that a test's connections do not outlive
+// it in the shared pool (the goroutine leak check would see them).
+func (s *S3) OwnClient(t testing.TB) *awss3.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return awss3.New(s.client.Options(), func(o *awss3.Options) { o.HTTPClient = &http.Client{Transport: tr} })
+}
 
 // Bucket creates a bucket unique to this call and removes it, with all its
 // objects, at cleanup.
