@@ -67,6 +67,7 @@ type Config struct {
 	Call       CallConfig       `yaml:"call"`
 	Log        LogConfig        `yaml:"log"`
 	Tracing    TracingConfig    `yaml:"tracing"`
+	Admin      AdminConfig      `yaml:"admin"`
 
 	// unknownEnv are the TENURE_* variables Load ignored (see UnknownEnv).
 	unknownEnv []string
@@ -201,6 +202,32 @@ type EntityConfig struct {
 type LogConfig struct {
 	Level  string `yaml:"level"`  // debug | info (default) | warn | error
 	Format string `yaml:"format"` // text (default) | json
+}
+
+// AdminConfig secures the admin API's mutating endpoints (POST
+// /admin/drain) and pprof; /metrics, /healthz, /readyz and /debug/status
+// stay open. The CLI reads the same keys to authenticate.
+type AdminConfig struct {
+	// Token is the bearer token mutating requests must carry
+	// (Authorization: Bearer TOKEN); secret, prefer TokenFile or the
+	// TENURE_ADMIN_TOKEN variable.
+	Token string `yaml:"token"`
+	// TokenFile holds the token (a mounted Secret); read when needed, so a
+	// rotated file takes effect without a restart.
+	TokenFile string `yaml:"token_file"`
+}
+
+// BearerToken returns the admin token: Token, else TokenFile's content
+// without surrounding white space, else "".
+func (a AdminConfig) BearerToken() (string, error) {
+	if a.Token != "" || a.TokenFile == "" {
+		return a.Token, nil
+	}
+	b, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("%w: admin.token_file: %w", ErrInvalidConfig, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // TracingConfig selects where spans go.
