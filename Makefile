@@ -26,13 +26,16 @@ build:
 test: lint
 	$(GO) test $(TEST_FLAGS) ./...
 
-## lint: go vet, gofmt (any unformatted file fails), and every package
+## lint: go vet, gofmt (any unformatted file fails), `go mod tidy -diff`
+## (go.mod and go.sum must be what tidy makes of them: no stale or
+## mislabelled requirement), and every package
 ## built for Windows and macOS: platform-specific code (process groups,
 ## signals) must sit behind build tags, or embedding services there fail.
 ## Without cgo: a cross build with it needs the target's C toolchain (CI
 ## sets CGO_ENABLED=1 for -race), and the module uses none
 lint:
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
 	CGO_ENABLED=0 GOOS=windows $(GO) build ./...
 	CGO_ENABLED=0 GOOS=darwin $(GO) build ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))"; \

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
