@@ -309,7 +309,7 @@ func (e *shardExec) decidePending(s *seen) verdict {
 	if _, ok := e.h.reg.lookup(t.Type); !ok {
 		// Left pending for a runner that knows the type; looked at
 		// again at the next reconciliation.
-		e.h.metrics.unhandled.WithLabelValues(t.Type).Inc()
+		e.h.metrics.unhandledType(t.Type)
 		e.h.log.Warn("no handler for task type; leaving the task pending", "task", t.Ref(), "type", t.Type)
 		return verdict{do: actForget}
 	}

@@ -30,7 +30,7 @@ func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr,
 		hctx := e.awaitFate()
 		switch {
 		case hctx == nil:
-			e.h.metrics.tasks.WithLabelValues(typ, outcomeAbandoned).Inc()
+			e.h.metrics.attempt(typ, outcomeAbandoned)
 			e.forget(it.ptr.ID)
 		case herr == nil:
 			e.commitOutcome(hctx, it, a, complete)
@@ -43,7 +43,7 @@ func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr,
 	}
 	switch {
 	case errors.Is(cause, errClaimLost):
-		e.h.metrics.tasks.WithLabelValues(typ, outcomeFenced).Inc()
+		e.h.metrics.attempt(typ, outcomeFenced)
 		e.forget(it.ptr.ID)
 	case herr == nil:
 		// Done, even if a cancel request arrived meanwhile: the work
@@ -58,7 +58,7 @@ func (e *shardExec) conclude(it *item, a *attempt, result json.RawMessage, herr,
 		// detached runner would, leave the task alone; it is looked at
 		// again, keeping its place, and claimed afresh here only once the
 		// decision has re-attached (see decideRunning).
-		e.h.metrics.tasks.WithLabelValues(typ, outcomeAbandoned).Inc()
+		e.h.metrics.attempt(typ, outcomeAbandoned)
 		e.requeue(it, e.soon(time.Second))
 	default:
 		if errors.Is(cause, errTimeout) {
@@ -161,12 +161,12 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 		}
 		if ctx.Err() != nil {
 			// Detached or the handoff window closed: no write.
-			e.h.metrics.tasks.WithLabelValues(base.Type, outcomeAbandoned).Inc()
+			e.h.metrics.attempt(base.Type, outcomeAbandoned)
 			e.forget(it.ptr.ID)
 			return
 		}
 		if !sameClaim(claim, base.Claim) || base.Status != task.Running {
-			e.h.metrics.tasks.WithLabelValues(base.Type, outcomeFenced).Inc()
+			e.h.metrics.attempt(base.Type, outcomeFenced)
 			e.h.log.Info("task outcome fenced off: the task changed hands", "task", base.Ref())
 			e.forget(it.ptr.ID)
 			return
@@ -197,7 +197,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 		}
 		_, err = e.h.tasks.Write(ctx, t, etag)
 		if err == nil {
-			e.h.metrics.tasks.WithLabelValues(t.Type, c.outcome(t)).Inc()
+			e.h.metrics.attempt(t.Type, c.outcome(t))
 			e.afterCommit(ctx, it, t)
 			return
 		}
@@ -218,7 +218,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 	// The task stays running under our claim; looking at its pointer again
 	// shortly puts it back and runs it afresh.
 	e.h.log.Warn("giving up committing a task outcome; the task will run again", "task", base.Ref(), "err", lastErr)
-	e.h.metrics.tasks.WithLabelValues(base.Type, outcomeAbandoned).Inc()
+	e.h.metrics.attempt(base.Type, outcomeAbandoned)
 	e.retryLater(it, lastErr)
 }
 
@@ -344,6 +344,6 @@ func (e *shardExec) finishExhausted(ctx context.Context, it *item, t *task.Task,
 		e.retryLater(it, err)
 		return
 	}
-	e.h.metrics.tasks.WithLabelValues(t.Type, outcomeFailed).Inc()
+	e.h.metrics.attempt(t.Type, outcomeFailed)
 	e.dropPointer(ctx, it, false)
 }

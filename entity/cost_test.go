@@ -21,7 +21,7 @@ import (
 func (e *env) completed() float64 {
 	sum := 0.0
 	for _, n := range e.members() {
-		sum += counterValue(e.t, n, "tenure_tasks_total")
+		sum += counterValue(e.t, n, "tenure_tasks_attempts_total")
 	}
 	return sum
 }

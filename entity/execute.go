@@ -113,7 +113,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	if errors.Is(err, ErrStateFenced) {
 		// A newer ownership fenced the entity's state: this shard is being
 		// lost. Leave the task to the successor, as a lost shard does.
-		e.h.metrics.tasks.WithLabelValues(t.Type, outcomeAbandoned).Inc()
+		e.h.metrics.attempt(t.Type, outcomeAbandoned)
 		e.requeue(it, e.soon(time.Second))
 		return
 	}
@@ -162,7 +162,7 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	} else {
 		result, herr = e.handleStateful(hctx, ent, sc, view)
 	}
-	e.h.metrics.duration.WithLabelValues(t.Type).Observe(time.Since(a.started).Seconds())
+	e.h.metrics.attemptDuration(t.Type).Observe(time.Since(a.started).Seconds())
 	cause := context.Cause(hctx)
 	cancel(nil)
 	renewing.Wait()

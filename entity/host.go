@@ -138,6 +138,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		stop:       make(chan struct{}),
 	}
 	h.resident.init()
+	h.metrics.types = newTypeLabels(func(typ string) bool { _, ok := h.reg.lookup(typ); return ok })
 	if names := h.single.names(); len(names) > 0 && h.taskClient == nil {
 		return nil, fmt.Errorf("%w: singleton types %v need a task client (WithTaskClient) to be placed", ErrInvalidConfig, names)
 	}

@@ -15,7 +15,11 @@ const (
 
 // metrics are the entity and task series of DESIGN §10, namespace "tenure".
 type metrics struct {
-	tasks         *prometheus.CounterVec   // type, outcome
+	// types bounds the type label's values (see typeLabels); nil keeps
+	// them verbatim (tests that build metrics alone).
+	types         *typeLabels
+	attempts      *prometheus.CounterVec   // type, outcome
+	tasksOld      *prometheus.CounterVec   // type, outcome: tenure_tasks_total, deprecated name of attempts
 	duration      *prometheus.HistogramVec // type
 	startLatency  prometheus.Histogram     // submit (created_at) → handler start, S3 time
 	claims        prometheus.Counter
@@ -47,6 +51,21 @@ type metrics struct {
 	stateSaveDur prometheus.Histogram
 }
 
+// attempt counts one attempt of a task of type typ ending with outcome.
+func (m *metrics) attempt(typ, outcome string) {
+	v := m.types.value(typ)
+	m.attempts.WithLabelValues(v, outcome).Inc()
+	m.tasksOld.WithLabelValues(v, outcome).Inc()
+}
+
+// attemptDuration is the handler run time histogram of type typ.
+func (m *metrics) attemptDuration(typ string) prometheus.Observer {
+	return m.duration.WithLabelValues(m.types.value(typ))
+}
+
+// unhandledType counts a due task of type typ left for want of a handler.
+func (m *metrics) unhandledType(typ string) { m.unhandled.WithLabelValues(m.types.value(typ)).Inc() }
+
 // messages is the counter of messages of kind (call, send) with outcome.
 func (m *metrics) messages(kind, outcome string) prometheus.Counter { return m.msgs[kind][outcome] }
 
@@ -56,8 +75,11 @@ func (m *metrics) messageDuration(kind string) prometheus.Observer { return m.ms
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const ns = "tenure"
 	m := &metrics{
-		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "total",
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "attempts_total",
 			Help: "Task attempts by type and outcome."}, []string{"type", "outcome"}),
+		tasksOld: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "total",
+			Help: "Deprecated: the same series as tenure_tasks_attempts_total under its old name; removed in the next release."},
+			[]string{"type", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "tasks", Name: "duration_seconds",
 			Help: "Handler run time of one attempt.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}, []string{"type"}),
 		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "tasks", Name: "start_latency_seconds",
@@ -109,7 +131,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(msgs, msgDur)
 	m.registerState(reg)
-	reg.MustRegister(m.tasks, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
+	reg.MustRegister(m.attempts, m.tasksOld, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
 		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck,
 		m.purged, m.sweeps)
 	return m

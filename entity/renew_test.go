@@ -113,7 +113,7 @@ func TestRenewalRefusedCancelsHandler(t *testing.T) {
 	}
 	t.Logf("handler cancelled %s after the takeover (renewal every %s)", time.Since(taken).Round(time.Millisecond), e.ecfg.TaskLease/3)
 	testenv.WaitFor(t, "the outcome to be fenced off", 10*time.Second, func() bool {
-		return testutil.ToFloat64(n.host.metrics.tasks.WithLabelValues("job", outcomeFenced)) == 1
+		return testutil.ToFloat64(n.host.metrics.attempts.WithLabelValues("job", outcomeFenced)) == 1
 	})
 	after, _, err := e.tasks.Load(ctx, tk.Shard, tk.ID)
 	if err != nil {

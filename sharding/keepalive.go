@@ -39,6 +39,9 @@ type keepAliveFeed struct {
 // for res.TTL from res.SentAt), a failure, or the lease found lost.
 func (f *keepAliveFeed) result(res storage.KeepAliveResult, err error) {
 	m := f.m
+	if !res.SentAt.IsZero() && !res.AnsweredAt.IsZero() {
+		m.metrics.keepAliveRTT.Observe(res.AnsweredAt.Sub(res.SentAt).Seconds())
+	}
 	switch {
 	case err == nil:
 		m.machine.KeepAliveOK(f.lease, res.SentAt, res.TTL)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tenurehq/tenure/detachment"
@@ -194,6 +195,17 @@ func TestKeepAliveResultsReachTheMachineInOrder(t *testing.T) {
 	}
 	if want := ok.SentAt.Add(ok.TTL); !st.Deadline.Equal(want) {
 		t.Fatalf("deadline %v after a keep-alive sent %v with TTL %s: want %v", st.Deadline, ok.SentAt, ok.TTL, want)
+	}
+	// The round-trip histogram saw the registration's grant and the
+	// success, answered; the injected failures had no answer to time.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.metrics.keepAliveRTT)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mfs[0].GetMetric()[0].GetHistogram().GetSampleCount(); n < 2 {
+		t.Fatalf("tenure_sharding_lease_keepalive_duration_seconds counted %d round trips, want the grant and the success", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -13,6 +13,7 @@ type metrics struct {
 	wouldDetach         *prometheus.CounterVec // reason
 	keepAliveFailures   prometheus.Counter
 	keepAliveStreak     prometheus.Gauge
+	keepAliveRTT        prometheus.Histogram // answered keep-alives, send → answer
 	leaseLost           prometheus.Counter
 	acquireRetries      prometheus.Counter
 	retryWindowExhausts prometheus.Counter
@@ -39,6 +40,9 @@ func newMetrics(reg prometheus.Registerer, deadlineLag func() float64) *metrics 
 			Help: "Failed lease keep-alives."}),
 		keepAliveStreak: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lease_keepalive_failure_streak",
 			Help: "Consecutive failed lease keep-alives."}),
+		keepAliveRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "lease_keepalive_duration_seconds",
+			Help:    "Round trip of answered lease keep-alives, from send to answer: the lease deadline counts from the send, so a slow round trip eats into the detach margin.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_lost_total",
 			Help: "Leases found gone (expired or revoked); each is followed by a new registration."}),
 		acquireRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "acquire_retry_attempts_total",
@@ -63,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, deadlineLag func() float64) *metrics 
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lease_deadline_lag_seconds",
 		Help: "Conservative lease deadline minus now; the runner detaches when it falls to the detach margin."}, deadlineLag)
 	reg.MustRegister(m.detached, m.detachments, m.attachments, m.wouldDetach, m.keepAliveFailures,
-		m.keepAliveStreak, m.leaseLost, m.acquireRetries, m.retryWindowExhausts, m.owned, m.assigned,
+		m.keepAliveStreak, m.keepAliveRTT, m.leaseLost, m.acquireRetries, m.retryWindowExhausts, m.owned, m.assigned,
 		m.locksLost, m.storageErrors, m.handoff, m.rebalance, lag)
 	m.detached.Set(1) // a runner starts detached until its first keep-alive
 	return m

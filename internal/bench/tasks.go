@@ -173,7 +173,7 @@ func submitBatch(ctx context.Context, tc *task.Client, typ string, n int) error 
 // completed returns the number of tasks of typ completed by the runners
 // of regs.
 func completed(regs []*prometheus.Registry, typ string) (float64, error) {
-	m, err := counters(regs, "tenure_tasks_total", "", map[string]string{"type": typ, "outcome": "completed"})
+	m, err := counters(regs, "tenure_tasks_attempts_total", "", map[string]string{"type": typ, "outcome": "completed"})
 	return m[""], err
 }
 
