@@ -109,6 +109,12 @@ func TestAdminBearerToken(t *testing.T) {
 	if code, _, body := adminDo(t, hc, "GET", base+"/debug/pprof/goroutine?debug=1", "first-token"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
 		t.Errorf("pprof goroutine?debug=1: %d %.80q", code, body)
 	}
+	if code, _, body := adminDo(t, hc, "GET", base+"/debug/pprof/profile?seconds=1", "first-token"); code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Errorf("CPU profile of 1s: %d, %d bytes", code, len(body))
+	}
+	if code, _, body := adminDo(t, hc, "GET", base+"/debug/pprof/profile?seconds=301", "first-token"); code != http.StatusBadRequest {
+		t.Errorf("CPU profile of 301s: %d %q, want 400", code, body)
+	}
 	for _, p := range []string{"/metrics", "/healthz", "/debug/status"} {
 		if code, _, _ := adminDo(t, hc, "GET", base+p, ""); code != http.StatusOK {
 			t.Errorf("GET %s without a token: %d, want 200", p, code)
@@ -176,10 +182,7 @@ func TestAdminMutualTLS(t *testing.T) {
 // when its files change: a new connection sees the new certificate.
 func TestAdminServerCertReload(t *testing.T) {
 	p := testenv.NewPKI(t)
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "admin.pem"), filepath.Join(dir, "admin-key.pem")
-	copyFile(t, p.ServerCert, cert)
-	copyFile(t, p.ServerKey, key)
+	cert, key := copyPair(t, p.ServerCert, p.ServerKey)
 	cfg, err := Load("", nil, []string{"etcd.endpoints=http://127.0.0.1:1", "s3.bucket=b", "admin.cert_file=" + cert, "admin.key_file=" + key})
 	if err != nil {
 		t.Fatal(err)
@@ -208,14 +211,31 @@ func TestAdminServerCertReload(t *testing.T) {
 		defer conn.Close()
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
-	if s := served(); s != "2" {
-		t.Fatalf("served serial %s, want the server certificate's 2", s)
+	checkRotation(t, served, "2", func() { rotate(t, cert, readFile(t, p.PeerCert)); rotate(t, key, readFile(t, p.PeerKey)) }, "4")
+}
+
+// checkRotation checks that serial reports before, then after once rotate
+// has run.
+func checkRotation(t *testing.T, serial func() string, before string, rotate func(), after string) {
+	t.Helper()
+	if s := serial(); s != before {
+		t.Fatalf("certificate serial %s, want %s", s, before)
 	}
-	rotate(t, cert, readFile(t, p.PeerCert))
-	rotate(t, key, readFile(t, p.PeerKey))
-	if s := served(); s != "4" {
-		t.Fatalf("after rotation served serial %s, want the new certificate's 4", s)
+	rotate()
+	if s := serial(); s != after {
+		t.Fatalf("after rotation: certificate serial %s, want the new certificate's %s", s, after)
 	}
+}
+
+// copyPair copies a certificate and key into files of their own, for a
+// test to rotate.
+func copyPair(t *testing.T, certFrom, keyFrom string) (cert, key string) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	copyFile(t, certFrom, cert)
+	copyFile(t, keyFrom, key)
+	return cert, key
 }
 
 func readFile(t *testing.T, path string) []byte {

@@ -44,8 +44,7 @@ func (a *adminAuth) configured() bool {
 func (a *adminAuth) require(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if !a.configured() {
-			http.Error(w, "admin API: this runner has no admin credential configured, so "+req.URL.Path+
-				" is refused: set admin.token (or admin.token_file, or TENURE_ADMIN_TOKEN), or admin.client_ca_file with admin.cert_file for client certificates",
+			http.Error(w, "admin API: "+req.URL.Path+" refused: no credential configured on this runner; set admin.token (or admin.token_file, TENURE_ADMIN_TOKEN) or admin.client_ca_file",
 				http.StatusForbidden)
 			return
 		}
@@ -141,15 +140,22 @@ func AdminTLSClientConfig(cfg Config) (*tls.Config, error) {
 	if a.CAFile == "" && a.ClientCertFile == "" {
 		return nil, nil
 	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	return clientFiles(&tls.Config{MinVersion: tls.VersionTLS12}, "admin.ca_file", a.CAFile,
+		"admin.client_cert_file/client_key_file", a.ClientCertFile, a.ClientKeyFile)
+}
+
+// clientFiles completes a client's TLS config: RootCAs from caFile, and
+// the client certificate of certFile and keyFile (reloaded when they
+// change), each when given; caKey and pairKeys name them in errors.
+func clientFiles(t *tls.Config, caKey, caFile, pairKeys, certFile, keyFile string) (*tls.Config, error) {
 	var err error
-	if a.CAFile != "" {
-		if t.RootCAs, err = caPool("admin.ca_file", a.CAFile); err != nil {
+	if caFile != "" {
+		if t.RootCAs, err = caPool(caKey, caFile); err != nil {
 			return nil, err
 		}
 	}
-	if a.ClientCertFile != "" {
-		kp, err := newKeyPair("admin.client_cert_file/client_key_file", a.ClientCertFile, a.ClientKeyFile, nil)
+	if certFile != "" {
+		kp, err := newKeyPair(pairKeys, certFile, keyFile, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -96,19 +96,6 @@ func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 	if c.CAFile == "" && c.CertFile == "" && !https {
 		return nil, nil
 	}
-	t := &tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}
-	var err error
-	if c.CAFile != "" {
-		if t.RootCAs, err = caPool("etcd.ca_file", c.CAFile); err != nil {
-			return nil, err
-		}
-	}
-	if c.CertFile != "" {
-		kp, err := newKeyPair("etcd.cert_file/key_file", c.CertFile, c.KeyFile, nil)
-		if err != nil {
-			return nil, err
-		}
-		t.GetClientCertificate = kp.clientCertificate
-	}
-	return t, nil
+	return clientFiles(&tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}, "etcd.ca_file", c.CAFile,
+		"etcd.cert_file/key_file", c.CertFile, c.KeyFile)
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"fmt"
 	"html"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -92,36 +93,29 @@ func sleepOrDone(req *http.Request, d time.Duration) {
 
 // pprofCPU serves a CPU profile of ?seconds= (default 30).
 func pprofCPU(w http.ResponseWriter, req *http.Request) {
-	d, err := profileSeconds(req, 30)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="profile"`)
-	if err := pprof.StartCPUProfile(w); err != nil {
-		w.Header().Del("Content-Disposition")
-		http.Error(w, "CPU profile: "+err.Error(), http.StatusConflict)
-		return
-	}
-	sleepOrDone(req, d)
-	pprof.StopCPUProfile()
+	record(w, req, "profile", 30, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // pprofTrace serves an execution trace of ?seconds= (default 1).
 func pprofTrace(w http.ResponseWriter, req *http.Request) {
-	d, err := profileSeconds(req, 1)
+	record(w, req, "trace", 1, trace.Start, trace.Stop)
+}
+
+// record streams what start writes for ?seconds= (default def), then
+// stops; 409 when one is already running (the runtime allows one).
+func record(w http.ResponseWriter, req *http.Request, name string, def int, start func(io.Writer) error, stop func()) {
+	d, err := profileSeconds(req, def)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", `attachment; filename="trace"`)
-	if err := trace.Start(w); err != nil {
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	if err := start(w); err != nil {
 		w.Header().Del("Content-Disposition")
-		http.Error(w, "trace: "+err.Error(), http.StatusConflict)
+		http.Error(w, name+": "+err.Error(), http.StatusConflict)
 		return
 	}
 	sleepOrDone(req, d)
-	trace.Stop()
+	stop()
 }

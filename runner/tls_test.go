@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -187,10 +186,7 @@ func (s *clientSerials) next(t *testing.T) string {
 func TestEtcdClientCertReload(t *testing.T) {
 	p := testenv.NewPKI(t)
 	srv := newClientSerials(t, p)
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "etcd-client.pem"), filepath.Join(dir, "etcd-client-key.pem")
-	copyFile(t, p.ClientCert, cert)
-	copyFile(t, p.ClientKey, key)
+	cert, key := copyPair(t, p.ClientCert, p.ClientKey)
 	ec := EtcdConfig{Endpoints: []string{"https://" + srv.ln.Addr().String()}, CAFile: p.CA, CertFile: cert, KeyFile: key}
 	tc, err := EtcdTLS(ec)
 	if err != nil {
@@ -207,14 +203,7 @@ func TestEtcdClientCertReload(t *testing.T) {
 		// handshake ends: the server's record of it is the proof.
 		return srv.next(t)
 	}
-	if s := handshake(); s != "3" {
-		t.Fatalf("client certificate serial %s, want the client certificate's 3", s)
-	}
-	rotate(t, cert, readFile(t, p.PeerCert))
-	rotate(t, key, readFile(t, p.PeerKey))
-	if s := handshake(); s != "4" {
-		t.Fatalf("after rotation: client certificate serial %s, want the new certificate's 4", s)
-	}
+	checkRotation(t, handshake, "3", func() { rotate(t, cert, readFile(t, p.PeerCert)); rotate(t, key, readFile(t, p.PeerKey)) }, "4")
 	rotate(t, cert, []byte("not a certificate"))
 	if s := handshake(); s != "4" {
 		t.Fatalf("after a broken rotation: client certificate serial %s, want the last good one's 4", s)
