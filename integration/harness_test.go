@@ -106,17 +106,21 @@ func start(t testing.TB, name string, args ...string) *proc {
 	return p
 }
 
+// adminToken is the admin token of every process the tests start, runners
+// and CLI alike (TENURE_ADMIN_TOKEN): `tenure drain` needs one.
+const adminToken = "integration-admin-token"
+
 // childEnv is the test's environment without the soak's knobs
-// (TENURE_SOAK_*): a tenure process reads every TENURE_* variable as
-// config and refuses those that name no key.
+// (TENURE_SOAK_*), which a tenure process would warn about as naming no
+// config key, and with the admin token.
 func childEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TENURE_SOAK_") {
+		if !strings.HasPrefix(kv, "TENURE_SOAK_") && !strings.HasPrefix(kv, "TENURE_ADMIN_TOKEN=") {
 			out = append(out, kv)
 		}
 	}
-	return out
+	return append(out, "TENURE_ADMIN_TOKEN="+adminToken)
 }
 
 func (p *proc) signal(t testing.TB, s syscall.Signal) {
@@ -169,6 +173,7 @@ func tenureCode(t testing.TB, args ...string) (stdout string, code int, stderr s
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = childEnv()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

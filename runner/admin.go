@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -99,10 +100,13 @@ func (r *Runner) Status() Status {
 }
 
 // Handler returns the admin HTTP handler: /metrics, /healthz, /readyz
-// (200 only when registered and attached), /debug/status and POST
-// /admin/drain.
+// (200 only when registered and attached), /debug/status, the entity calls
+// of POST /v1/entities/{type}/{id}, and, behind the admin auth
+// (adminauth.go), POST /admin/drain and /debug/pprof/.
 func (r *Runner) Handler() http.Handler {
+	auth := newAdminAuth(r.cfg.Admin, r.log)
 	mux := http.NewServeMux()
+	registerPprof(mux, auth.require)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.gatherer, promhttp.HandlerOpts{Registry: r.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -141,7 +145,7 @@ func (r *Runner) Handler() http.Handler {
 		}
 		cs.http.ServeHTTP(w, req)
 	})
-	mux.HandleFunc("POST /admin/drain", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("POST /admin/drain", auth.require(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if mgr, _ := r.parts(); mgr == nil {
 			http.Error(w, "not running", http.StatusServiceUnavailable)
 			return
@@ -155,7 +159,7 @@ func (r *Runner) Handler() http.Handler {
 		}()
 		w.WriteHeader(http.StatusAccepted)
 		fmt.Fprintln(w, "draining")
-	})
+	})))
 	return mux
 }
 
@@ -163,11 +167,18 @@ func (r *Runner) startAdmin() error {
 	if r.cfg.AdminAddr == "" {
 		return nil
 	}
+	stls, err := r.cfg.Admin.serverTLS(r.log)
+	if err != nil {
+		return fmt.Errorf("runner %s: admin server: %w", r.cfg.RunnerID, err)
+	}
 	ln, err := net.Listen("tcp", r.cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("runner %s: admin server on %s: %w", r.cfg.RunnerID, r.cfg.AdminAddr, err)
 	}
-	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	if stls != nil {
+		ln = tls.NewListener(ln, stls)
+	}
+	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: stls}
 	r.mu.Lock()
 	r.ln, r.admin = ln, srv
 	r.mu.Unlock()
@@ -189,4 +200,23 @@ func (r *Runner) stopAdmin() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	srv.Shutdown(ctx)
+}
+
+// advertise is the admin address to register: advertise_addr (New derived
+// it when admin_addr's host is unspecified), with the listener's port for
+// a port 0, as an https:// URL when the admin server serves TLS so that
+// clients know to use it.
+func (r *Runner) advertise() string {
+	r.mu.Lock()
+	ln := r.ln
+	r.mu.Unlock()
+	var bound net.Addr
+	if ln != nil {
+		bound = ln.Addr()
+	}
+	addr := withBoundPort(r.cfg.AdvertiseAddr, bound)
+	if addr != "" && r.cfg.Admin.CertFile != "" {
+		addr = "https://" + addr
+	}
+	return addr
 }

@@ -16,8 +16,9 @@ type CallConfig struct {
 	Addr string `yaml:"addr"`
 	// AdvertiseAddr is the call address other runners and clients reach
 	// this runner at, recorded in its registration. Default: Addr, with
-	// the port the listener got when Addr's is 0. Required when Addr's
-	// host is unspecified (0.0.0.0 or [::]).
+	// the port the listener got when Addr's is 0; when Addr's host is
+	// unspecified (0.0.0.0 or [::]), the host comes from POD_IP or the
+	// host's address (advertise.go). Never an unspecified address.
 	AdvertiseAddr string `yaml:"advertise_addr"`
 	// Timeout is a call's deadline when the caller's context has none.
 	// Default 30s.
@@ -56,18 +57,12 @@ func (c CallConfig) validate() []error {
 		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, key, v, rule))
 	}
 	if c.Addr != "" {
-		host, _, err := net.SplitHostPort(c.Addr)
-		switch {
-		case err != nil:
+		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 			bad("call.addr", c.Addr, "must be host:port: "+err.Error())
-		case c.AdvertiseAddr == "" && (host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()):
-			bad("call.advertise_addr", `""`, "required when call.addr ("+c.Addr+") listens on every interface: other runners need an address they can reach")
 		}
 	}
-	if c.AdvertiseAddr != "" {
-		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
-			bad("call.advertise_addr", c.AdvertiseAddr, "must be host:port: "+err.Error())
-		}
+	if err := checkAdvertise("call.advertise_addr", c.AdvertiseAddr); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Timeout <= 0 {
 		bad("call.timeout", c.Timeout, "must be > 0")

@@ -133,18 +133,18 @@ func (c *calls) serve(cfg Config, mc messaging.Config, d messaging.Deliverer, lo
 	return nil
 }
 
-// advertise is the call address to register: call.advertise_addr, else the
-// listener's address with call.addr's host ("" when no server runs).
+// advertise is the call address to register: call.advertise_addr (New
+// derived it when call.addr's host is unspecified), else call.addr, with
+// the listener's port for a port 0 ("" when no server runs).
 func (c *calls) advertise(cfg Config) string {
 	if c == nil || c.ln == nil {
 		return ""
 	}
-	if cfg.Call.AdvertiseAddr != "" {
-		return cfg.Call.AdvertiseAddr
+	addr := cfg.Call.AdvertiseAddr
+	if addr == "" {
+		addr = cfg.Call.Addr
 	}
-	host, _, _ := net.SplitHostPort(cfg.Call.Addr)
-	_, port, _ := net.SplitHostPort(c.ln.Addr().String())
-	return net.JoinHostPort(host, port)
+	return withBoundPort(addr, c.ln.Addr())
 }
 
 // close stops the server (gracefully, within timeout), the client and the

@@ -43,7 +43,8 @@ type Config struct {
 	// /readyz, /debug/status); "" disables it. Default 127.0.0.1:9310.
 	AdminAddr string `yaml:"admin_addr"`
 	// AdvertiseAddr is the admin address other processes reach this runner
-	// at, recorded in its registration. Default: AdminAddr.
+	// at, recorded in its registration. Default: AdminAddr, with the host
+	// derived (advertise.go) when AdminAddr's is unspecified.
 	AdvertiseAddr string `yaml:"advertise_addr"`
 	// Handlers are the task handlers of a standalone runner, TYPE=SPEC
 	// (http:URL or exec:COMMAND); the built-in echo and sleep are always
@@ -215,6 +216,17 @@ type AdminConfig struct {
 	// TokenFile holds the token (a mounted Secret); read when needed, so a
 	// rotated file takes effect without a restart.
 	TokenFile string `yaml:"token_file"`
+	// CertFile and KeyFile make the admin server serve HTTPS (reloaded
+	// when the files change); ClientCAFile then verifies client
+	// certificates, which authorise mutating requests without a token.
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+	// CAFile, ClientCertFile and ClientKeyFile are the CLI's side of an
+	// HTTPS admin server (see AdminTLSClientConfig).
+	CAFile         string `yaml:"ca_file"`
+	ClientCertFile string `yaml:"client_cert_file"`
+	ClientKeyFile  string `yaml:"client_key_file"`
 }
 
 // BearerToken returns the admin token: Token, else TokenFile's content
@@ -416,6 +428,7 @@ func (c Config) Validate() error {
 		bad("entity.max_input_size", c.Entity.MaxInputSize, "must be in [1 KiB, 64 MiB]")
 	}
 	errs = append(errs, c.Call.validate()...)
+	errs = append(errs, c.validateAdmin()...)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -3,9 +3,6 @@ package runner
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -87,7 +84,10 @@ func OpenObjectStore(ctx context.Context, cfg Config, opts ...s3store.Option) (*
 // EtcdTLS builds the TLS config of an etcd connection: nil for plain
 // connections; the system roots for https:// endpoints without a CA file.
 // TLS settings with an http:// endpoint are refused (the etcd client would
-// ignore them), as Config.Validate does.
+// ignore them), as Config.Validate does. The client certificate is
+// reloaded when cert_file or key_file changes (each new connection asks
+// for it), so a rotated certificate needs no restart; files that do not
+// load keep the previous pair in use, with a warning.
 func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 	if err := c.checkSchemes(); err != nil {
 		return nil, err
@@ -96,24 +96,6 @@ func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 	if c.CAFile == "" && c.CertFile == "" && !https {
 		return nil, nil
 	}
-	t := &tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: etcd.ca_file: %w", ErrInvalidConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: etcd.ca_file %s: no PEM certificate in it", ErrInvalidConfig, c.CAFile)
-		}
-		t.RootCAs = pool
-	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: etcd.cert_file/key_file: %w", ErrInvalidConfig, err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return t, nil
+	return clientFiles(&tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}, "etcd.ca_file", c.CAFile,
+		"etcd.cert_file/key_file", c.CertFile, c.KeyFile)
 }

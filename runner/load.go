@@ -5,6 +5,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"reflect"
 	"slices"
@@ -153,7 +154,9 @@ func (c *Config) derive(set map[string]bool) {
 	if !set["sharding.lock_refresh_interval"] {
 		c.Sharding.LockRefreshInterval = ttl / 3
 	}
-	if !set["advertise_addr"] && c.AdvertiseAddr == "" {
+	// An unspecified admin host is not copied: New derives the host to
+	// advertise (advertise.go).
+	if host, _, err := net.SplitHostPort(c.AdminAddr); !set["advertise_addr"] && c.AdvertiseAddr == "" && (err != nil || !unspecifiedHost(host)) {
 		c.AdvertiseAddr = c.AdminAddr
 	}
 }

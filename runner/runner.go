@@ -57,6 +57,9 @@ type Runner struct {
 
 	// life says how far Run has gone, for Client (see life.go).
 	life life
+	// lookup finds the host to advertise for an unspecified listen
+	// address (advertise.go); tests replace it.
+	lookup hostLookup
 
 	mu         sync.Mutex
 	dynamic    dynamicState
@@ -112,9 +115,12 @@ func New(cfg Config, opts ...Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, types: &entity.Types{}, life: newLife()}
+	r := &Runner{cfg: cfg, types: &entity.Types{}, life: newLife(), lookup: systemLookup()}
 	for _, opt := range opts {
 		opt(r)
+	}
+	if err := r.cfg.resolveAdvertise(r.lookup); err != nil {
+		return nil, err
 	}
 	for _, register := range r.registerTypes {
 		if err := r.types.Collect(register); err != nil {
@@ -341,18 +347,6 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	r.mu.Unlock()
 	r.log.Info("runner stopped")
 	return nil
-}
-
-// advertise is the admin address to register: the configured one, or the
-// listener's when the configured port was 0.
-func (r *Runner) advertise() string {
-	addr := r.cfg.AdvertiseAddr
-	if host, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
-		if _, real, err := net.SplitHostPort(r.AdminAddr()); err == nil {
-			addr = net.JoinHostPort(host, real)
-		}
-	}
-	return addr
 }
 
 // Drain hands the runner's shards over and keeps it running with weight 0

@@ -231,6 +231,7 @@ const (
 type admin struct {
 	hc        *http.Client
 	userAgent string
+	token     string // admin.token, sent as a bearer token when set
 }
 
 func newAdmin(cli *CLI) *admin {
@@ -341,6 +342,9 @@ func (a *admin) do(ctx context.Context, method, url string) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("User-Agent", a.userAgent)
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,8 @@ func newCLICluster(t *testing.T, initialise bool) *cliCluster {
 	cfg := fmt.Sprintf(`cluster: %s
 shards: %d
 admin_addr: 127.0.0.1:0
+admin:
+  token: cli-test-admin-token
 etcd:
   endpoints: [%s]
   request_timeout: 2s

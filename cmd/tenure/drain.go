@@ -73,6 +73,9 @@ func Drain(ctx context.Context, cli *CLI, args []string) error {
 	}
 	adm := newAdmin(cli)
 	defer adm.close()
+	if adm.token, err = cfg.Admin.BearerToken(); err != nil {
+		return err
+	}
 	actx, cancel := context.WithTimeout(ctx, adminActionTimeout)
 	_, err = adm.do(actx, http.MethodPost, adminURL(r.Addr, "/admin/drain"))
 	cancel()

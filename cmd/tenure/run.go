@@ -93,7 +93,9 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 		overrides = append(overrides, "runner_id="+*id)
 	}
 	if *admin != "" {
-		overrides = append(overrides, "admin_addr="+*admin, "advertise_addr="+*admin)
+		// advertise_addr follows it, derived by the runner when it listens
+		// on every interface (an unspecified address is never advertised).
+		overrides = append(overrides, "admin_addr="+*admin, "advertise_addr=")
 	}
 	if *callAddr != "" {
 		overrides = append(overrides, "call.addr="+*callAddr)
