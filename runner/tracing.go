@@ -159,47 +159,33 @@ func tracesExporters(ctx context.Context, o tracingOptions) ([]sdktrace.SpanExpo
 }
 
 // otlpExporter is the OTLP exporter of the configured protocol. The
-// deprecated key is OTLP/gRPC to host:port, as it always was.
+// deprecated key is OTLP/gRPC to host:port, as it always was, whatever
+// the protocol variables say.
 func otlpExporter(ctx context.Context, legacy TracingConfig) (sdktrace.SpanExporter, error) {
-	useLegacy := legacy.OTLPEndpoint != "" && os.Getenv(envTracesEndpoint) == "" && os.Getenv(envEndpoint) == ""
+	if legacy.OTLPEndpoint != "" && os.Getenv(envTracesEndpoint) == "" && os.Getenv(envEndpoint) == "" {
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(legacy.OTLPEndpoint)}
+		if legacy.Insecure {
+			opts = append(opts, otlptracegrpc.WithInsecure())
+		}
+		return checkExporter(otlptracegrpc.New(ctx, opts...))
+	}
 	protocol, from := os.Getenv(envTracesProtocol), envTracesProtocol
 	if protocol == "" {
 		protocol, from = os.Getenv(envProtocol), envProtocol
 	}
-	if protocol == "" {
-		protocol, from = protocolHTTP, ""
-		if useLegacy {
-			protocol, from = protocolGRPC, "tracing.otlp_endpoint"
-		}
-	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
 	switch protocol {
 	case protocolGRPC:
-		var gopts []otlptracegrpc.Option
-		if useLegacy {
-			gopts = append(gopts, otlptracegrpc.WithEndpoint(legacy.OTLPEndpoint))
-			if legacy.Insecure {
-				gopts = append(gopts, otlptracegrpc.WithInsecure())
-			}
-		}
-		exp, err = otlptracegrpc.New(ctx, gopts...)
-	case protocolHTTP:
-		var hopts []otlptracehttp.Option
-		if useLegacy {
-			hopts = append(hopts, otlptracehttp.WithEndpoint(legacy.OTLPEndpoint))
-			if legacy.Insecure {
-				hopts = append(hopts, otlptracehttp.WithInsecure())
-			}
-		}
-		exp, err = otlptracehttp.New(ctx, hopts...)
-	default:
-		return nil, fmt.Errorf("%w: %s=%q: the protocol is grpc or http/protobuf", ErrInvalidConfig, from, protocol)
+		return checkExporter(otlptracegrpc.New(ctx))
+	case protocolHTTP, "":
+		return checkExporter(otlptracehttp.New(ctx))
 	}
+	return nil, fmt.Errorf("%w: %s=%q: the protocol is grpc or http/protobuf", ErrInvalidConfig, from, protocol)
+}
+
+// checkExporter wraps an exporter's construction error.
+func checkExporter[E sdktrace.SpanExporter](exp E, err error) (sdktrace.SpanExporter, error) {
 	if err != nil {
-		return nil, fmt.Errorf("%w: OTLP %s exporter: %w", ErrInvalidConfig, protocol, err)
+		return nil, fmt.Errorf("%w: OTLP exporter: %w", ErrInvalidConfig, err)
 	}
 	return exp, nil
 }
