@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/storage"
@@ -135,15 +137,24 @@ func (e *shardExec) act(it *item, box *mailbox, v verdict) (again bool) {
 // claim writes the claim a look decided on, by compare-and-swap, and runs
 // the task. It reports a lost race: look again.
 func (e *shardExec) claim(it *item, box *mailbox, v verdict) (again bool) {
-	etag, err := e.h.tasks.Write(e.ctx, v.t, v.etag)
+	// The span covers the claim's write (its S3 call is a child): the
+	// reads before it are looks, many per claim, and not worth a span.
+	ctx, span := e.startSpan(e.ctx, v.t, spanClaim)
+	etag, err := e.h.tasks.Write(ctx, v.t, v.etag)
 	if errors.Is(err, storage.ErrPrecondition) {
+		span.AddEvent("claim lost a race: looking again")
+		span.End()
 		e.h.metrics.claimRaces.Inc()
 		return true // someone changed it (a cancel, a replay): look again
 	}
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
 		e.retryLater(it, err)
 		return false
 	}
+	span.End()
 	e.h.metrics.claims.Inc()
 	c := v.run
 	c.t, c.etag = v.t, etag

@@ -167,7 +167,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 		}
 		if !sameClaim(claim, base.Claim) || base.Status != task.Running {
 			e.h.metrics.attempt(base.Type, outcomeFenced)
-			e.h.log.Info("task outcome fenced off: the task changed hands", "task", base.Ref())
+			e.h.log.InfoContext(a.logContext(), "task outcome fenced off: the task changed hands", "task", base.Ref())
 			e.forget(it.ptr.ID)
 			return
 		}
@@ -179,7 +179,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 		}
 		t := base.Clone()
 		if err := c.apply(t, now.Now); err != nil {
-			e.h.log.Warn("cannot apply outcome", "task", t.Ref(), "err", err)
+			e.h.log.WarnContext(a.logContext(), "cannot apply outcome", "task", t.Ref(), "err", err)
 			e.forget(it.ptr.ID)
 			return
 		}
@@ -190,7 +190,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 			// whoever reads it drops it).
 			if err := e.h.tasks.PutPointer(ctx, t); err != nil {
 				lastErr = err
-				e.h.log.Warn("writing a retried task's pointer failed; retrying", "task", t.Ref(), "err", err)
+				e.h.log.WarnContext(a.logContext(), "writing a retried task's pointer failed; retrying", "task", t.Ref(), "err", err)
 				e.pause(ctx, &pause)
 				continue
 			}
@@ -208,7 +208,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 				break
 			}
 		} else {
-			e.h.log.Warn("committing a task outcome failed; retrying", "task", t.Ref(), "err", err)
+			e.h.log.WarnContext(a.logContext(), "committing a task outcome failed; retrying", "task", t.Ref(), "err", err)
 			e.pause(ctx, &pause)
 		}
 		if done, _ := reload(ctx); done {
@@ -217,7 +217,7 @@ func (e *shardExec) commitOutcome(ctx context.Context, it *item, a *attempt, c c
 	}
 	// The task stays running under our claim; looking at its pointer again
 	// shortly puts it back and runs it afresh.
-	e.h.log.Warn("giving up committing a task outcome; the task will run again", "task", base.Ref(), "err", lastErr)
+	e.h.log.WarnContext(a.logContext(), "giving up committing a task outcome; the task will run again", "task", base.Ref(), "err", lastErr)
 	e.h.metrics.attempt(base.Type, outcomeAbandoned)
 	e.retryLater(it, lastErr)
 }

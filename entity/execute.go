@@ -51,6 +51,18 @@ type attempt struct {
 	pokec   chan struct{}
 	cancel  context.CancelCauseFunc
 	started time.Time // when the handler was called
+	// traced holds the attempt's execute span, for the log records of its
+	// commit (see logContext); not for cancellation.
+	traced context.Context
+}
+
+// logContext is the context to log about the attempt with, so that the
+// records carry its trace and span ids.
+func (a *attempt) logContext() context.Context {
+	if a.traced == nil {
+		return context.Background()
+	}
+	return a.traced
 }
 
 // poke makes the renewal loop re-read the task now (a cancel request).
@@ -109,19 +121,27 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 		return
 	}
 	defer e.h.deactivate(key, a)
+	// The span covers the activation too: a failing OnStart fails the
+	// attempt, and shows in its trace.
+	sctx, span := e.startSpan(e.ctx, t, spanExecute)
+	defer span.End()
+	a.traced = sctx
 	ent, sc, err := e.instanceFor(box, t.Type, t.Entity)
 	if errors.Is(err, ErrStateFenced) {
 		// A newer ownership fenced the entity's state: this shard is being
 		// lost. Leave the task to the successor, as a lost shard does.
+		span.AddEvent("abandoned: the entity's state was fenced by a newer owner")
 		e.h.metrics.attempt(t.Type, outcomeAbandoned)
 		e.requeue(it, e.soon(time.Second))
 		return
 	}
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		e.conclude(it, a, nil, err, nil)
 		return
 	}
-	hctx, cancel := context.WithCancelCause(e.ctx)
+	hctx, cancel := context.WithCancelCause(sctx)
 	defer cancel(nil)
 	a.cancel = cancel
 	if e.h.caller != nil {
@@ -137,8 +157,6 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
 		defer stop()
 	}
-	hctx, span := e.startSpan(hctx, t)
-	defer span.End()
 
 	a.started = time.Now()
 	e.mu.Lock()
@@ -417,14 +435,26 @@ func safeHook(f func() error) (err error) {
 	return f()
 }
 
-// startSpan starts the execute span as a child of the submit span whose
-// context the task carries.
-func (e *shardExec) startSpan(ctx context.Context, t *task.Task) (context.Context, trace.Span) {
+// Span names of an attempt: both children of the submit span whose context
+// the task carries (task.Task.Trace), so a task's trace reads submit →
+// claim → execute, attempt after attempt.
+const (
+	spanClaim   = "tenure.task.claim"
+	spanExecute = "tenure.task.execute"
+)
+
+// startSpan starts a span of the task's attempt (spanClaim, spanExecute)
+// as a child of the submit span whose context the task carries.
+func (e *shardExec) startSpan(ctx context.Context, t *task.Task, name string) (context.Context, trace.Span) {
 	if t.Trace != "" {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": t.Trace})
 	}
-	return e.h.tracer.Start(ctx, "tenure.task.execute",
-		trace.WithSpanKind(trace.SpanKindConsumer),
+	kind := trace.SpanKindInternal
+	if name == spanExecute {
+		kind = trace.SpanKindConsumer // the submit span is its producer
+	}
+	return e.h.tracer.Start(ctx, name,
+		trace.WithSpanKind(kind),
 		trace.WithAttributes(
 			attribute.String("tenure.task.id", t.ID),
 			attribute.String("tenure.task.type", t.Type),

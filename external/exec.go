@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
@@ -31,7 +33,7 @@ func execHandler(command string, grace time.Duration) entity.HandlerFunc {
 		cmd := shellCommand(command)
 		cmd.Stdin = bytes.NewReader(t.Input)
 		cmd.Stdout, cmd.Stderr = stdout, stderr
-		cmd.Env = taskEnv(os.Environ(), t)
+		cmd.Env = taskEnv(ctx, os.Environ(), t)
 		// A process that escapes the group (setsid), or one the platform
 		// cannot kill with the command (Windows), may hold stdout open:
 		// stop waiting for it this long after the command exits.
@@ -95,25 +97,42 @@ func runGroup(ctx context.Context, cmd *exec.Cmd, grace time.Duration) error {
 }
 
 // taskEnv is the command's environment: the runner's without its TENURE_*
-// configuration, plus the task's identity.
-func taskEnv(environ []string, t *task.Task) []string {
-	return append(commandEnv(environ, 5),
+// configuration and trace context, plus the task's identity and the trace
+// context of ctx (the attempt's execute span) in TRACEPARENT, TRACESTATE
+// and BAGGAGE, the environment carriers OpenTelemetry specifies, so that
+// the command's own spans join the task's trace.
+func taskEnv(ctx context.Context, environ []string, t *task.Task) []string {
+	env := append(commandEnv(environ, 8),
 		runner.TaskEnvPrefix+"ID="+t.ID,
 		runner.TaskEnvPrefix+"REF="+t.Ref(),
 		runner.TaskEnvPrefix+"TYPE="+t.Type,
 		runner.TaskEnvPrefix+"ENTITY="+t.Entity,
 		runner.TaskEnvPrefix+"ATTEMPT="+strconv.Itoa(t.Attempt),
 	)
+	carrier := propagation.MapCarrier{}
+	traceEnv.Inject(ctx, carrier)
+	for _, k := range carrier.Keys() {
+		env = append(env, strings.ToUpper(k)+"="+carrier.Get(k))
+	}
+	return env
 }
 
+// traceEnv is how the trace context reaches a command: the W3C formats,
+// whatever the global propagator is (as the http: handler's headers).
+var traceEnv = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
 // commandEnv is environ without the runner's TENURE_* configuration, which
-// may hold credentials, with room for extra more variables.
+// may hold credentials, and without the trace context the runner itself
+// was started with, which is not the command's; with room for extra more
+// variables.
 func commandEnv(environ []string, extra int) []string {
 	env := make([]string, 0, len(environ)+extra)
 	for _, kv := range environ {
-		if !strings.HasPrefix(kv, runner.EnvPrefix) {
-			env = append(env, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(kv, runner.EnvPrefix) || name == "TRACEPARENT" || name == "TRACESTATE" || name == "BAGGAGE" {
+			continue
 		}
+		env = append(env, kv)
 	}
 	return env
 }

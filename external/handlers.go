@@ -146,7 +146,9 @@ func registerAll[F any](specs []string, what string, taken func(typ string) stri
 // a process group of its own (on Unix), with the task input on stdin and
 // the runner's environment (minus its TENURE_* configuration, which may
 // hold credentials) plus TENURE_TASK_ID, TENURE_TASK_REF,
-// TENURE_TASK_TYPE, TENURE_TASK_ENTITY and TENURE_TASK_ATTEMPT. Config
+// TENURE_TASK_TYPE, TENURE_TASK_ENTITY and TENURE_TASK_ATTEMPT, and the
+// attempt's execute span in TRACEPARENT (with TRACESTATE and BAGGAGE when
+// there are any), as the http: handler's traceparent header. Config
 // loading ignores those (runner.TaskEnvPrefix), so the command may itself
 // run `tenure task submit` (given a config file: the runner's TENURE_*
 // configuration is not passed on). Exit status 0 completes the task with

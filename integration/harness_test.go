@@ -76,10 +76,16 @@ func (l *lockedBuffer) String() string {
 // test fails, and it is killed at cleanup if still running.
 func start(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, nil, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.Env = append(childEnv(), "GORACE=halt_on_error=1")
+	p.cmd.Env = append(append(childEnv(), "GORACE=halt_on_error=1"), env...)
 	dieWithParent(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -170,10 +176,16 @@ func tenure(t testing.TB, args ...string) string {
 
 func tenureCode(t testing.TB, args ...string) (stdout string, code int, stderr string) {
 	t.Helper()
+	return tenureEnvCode(t, nil, args...)
+}
+
+// tenureEnvCode is tenureCode with env added to the command's environment.
+func tenureEnvCode(t testing.TB, env []string, args ...string) (stdout string, code int, stderr string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -264,6 +276,12 @@ func newClusterOn(t testing.TB, dir, etcdEP string, shards int) *cluster {
 // run starts `tenure run` with the given id and extra flags; its etcd
 // connection (and S3's, when the cluster proxies it) goes through a proxy.
 func (c *cluster) run(id string, extra ...string) *runnerProc {
+	c.t.Helper()
+	return c.runEnv(id, nil, extra...)
+}
+
+// runEnv is run with env added to the runner's environment.
+func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 	t := c.t
 	t.Helper()
 	px, err := c.Proxy()
@@ -281,7 +299,7 @@ func (c *cluster) run(id string, extra ...string) *runnerProc {
 		r.s3 = newS3Proxy(t, c.s3EP)
 		r.args = append(r.args, "--set", "s3.endpoint="+r.s3.URL())
 	}
-	r.proc = start(t, "runner "+id, r.args...)
+	r.proc = startEnv(t, "runner "+id, env, r.args...)
 	c.runners.Add(id, r)
 	return r
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurehq/tenure/entity"
@@ -117,11 +118,10 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
 	}
-	var tracer trace.Tracer
-	if o.tracer != nil {
-		tracer = o.tracer.Tracer(tracerName)
+	if o.tracer == nil {
+		o.tracer = otel.GetTracerProvider() // an embedding service's own, or InitTracing's
 	}
-	c, err := newClient(cfg, meta, o, log, tracer, obj, rs, nil)
+	c, err := newClient(cfg, meta, o, log, o.tracer.Tracer(tracerName), obj, rs, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +290,7 @@ func clientS3(ctx context.Context, cfg Config, o clientOptions) (*awss3.Client, 
 			if cfg.S3.Endpoint != "" {
 				so.BaseEndpoint = aws.String(cfg.S3.Endpoint)
 			}
-		}), nil
+		}, s3store.WithTracing(nil)), nil
 	}
 	return s3store.NewClient(ctx, s3ClientConfig(cfg))
 }

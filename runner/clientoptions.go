@@ -87,8 +87,9 @@ func WithClientRegistry(reg prometheus.Registerer) ClientOption {
 
 // WithClientTracerProvider starts the client's submit spans on tp, so that
 // execution spans link to them. Default: the runner's provider for
-// Runner.Client; none for Connect (the caller's span context, if any, is
-// still recorded in the task).
+// Runner.Client; the global one (otel.GetTracerProvider()) for Connect.
+// With a no-op provider the caller's span context, if any, is still
+// recorded in the task.
 func WithClientTracerProvider(tp trace.TracerProvider) ClientOption {
 	return func(o *clientOptions) { o.tracer = tp }
 }

@@ -242,10 +242,11 @@ func (a AdminConfig) BearerToken() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// TracingConfig selects where spans go.
+// TracingConfig selects where spans go, the deprecated way: use the
+// standard OTEL_* variables (see InitTracing), which win over it.
 type TracingConfig struct {
-	// OTLPEndpoint, host:port of an OTLP/gRPC collector; empty disables
-	// tracing (no-op).
+	// OTLPEndpoint, host:port of an OTLP/gRPC collector; empty exports
+	// nothing (unless OTEL_* variables say otherwise).
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
 	Insecure     bool   `yaml:"insecure"` // plain gRPC to the collector
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
@@ -91,11 +91,15 @@ func WithRegistry(reg prometheus.Registerer, gatherers ...prometheus.Gatherer) O
 }
 
 // WithLogger sets the logger (default: from the config's log settings, on
-// stderr).
+// stderr, see NewLogger). Wrap its handler with NewTraceHandler for the
+// trace and span ids in the records of traced operations.
 func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 
-// WithTracerProvider sends task spans to tp (default: OTLP when configured,
-// else none).
+// WithTracerProvider sends the runner's spans (task claim, execute,
+// submit, calls) to tp. Default: the global provider
+// (otel.GetTracerProvider()), so that a service's own provider, or the
+// one InitTracing sets, is honoured; it is a no-op until one is set. The
+// etcd and S3 client spans always go to the global provider.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(r *Runner) { r.tracer = tp } }
 
 // WithTypes registers task and entity types: how a Go service embeds
@@ -141,20 +145,22 @@ func New(cfg Config, opts ...Option) (*Runner, error) {
 		r.log.Warn("ignoring environment variables that name no config key", "vars", strings.Join(names, ","))
 	}
 	if r.tracer == nil {
-		r.tracer = noop.NewTracerProvider()
+		r.tracer = otel.GetTracerProvider()
 	}
 	return r, nil
 }
 
-// NewLogger returns the slog logger the log settings describe.
+// NewLogger returns the slog logger the log settings describe. Its
+// records carry the trace and span ids of the span in their context (see
+// NewTraceHandler).
 func NewLogger(c LogConfig, w *os.File) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(NewTraceHandler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(NewTraceHandler(slog.NewTextHandler(w, opts)))
 }
 
 // Config returns the runner's configuration.

@@ -60,6 +60,7 @@ func Call(ctx context.Context, cli *CLI, args []string) error {
 	if err := task.ValidateType(typ); err != nil {
 		return err
 	}
+	defer startTracing(ctx, cli)()
 	in, err := readInput(*input)
 	if err != nil {
 		return err

@@ -76,6 +76,7 @@ func Dev(ctx context.Context, cli *CLI, args []string) error {
 	if *runners < 0 || *runners > 50 {
 		return fmt.Errorf("dev: --runners %d: must be in [0, 50]", *runners)
 	}
+	defer initTracing(ctx, cli, runner.DefaultServiceName)()
 	// The embedded S3 server changes the working directory: resolve every
 	// path first.
 	dir, err := filepath.Abs(*data)

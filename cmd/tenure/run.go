@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/external"
@@ -121,17 +120,8 @@ func Run(ctx context.Context, cli *CLI, args []string) error {
 // runRunner runs one runner until the first signal, then stops it
 // gracefully; a second signal exits at once.
 func runRunner(ctx context.Context, cli *CLI, cfg runner.Config) error {
-	tp, shutdown, err := runner.NewTracerProvider(ctx, cfg.Tracing, cfg.RunnerID)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		shutdown(sctx)
-	}()
-	r, err := runner.New(cfg, runner.WithTracerProvider(tp),
-		runner.WithTypes(standardTypes(cfg.Handlers, cfg.Singletons, cfg.RunnerID)))
+	defer startRunnerTracing(ctx, cli, cfg)()
+	r, err := runner.New(cfg, runner.WithTypes(standardTypes(cfg.Handlers, cfg.Singletons, cfg.RunnerID)))
 	if err != nil {
 		return err
 	}

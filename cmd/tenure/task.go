@@ -56,6 +56,7 @@ func Task(ctx context.Context, cli *CLI, args []string) error {
 		fmt.Fprint(cli.Stderr, taskUsage)
 		return errors.New("missing command (submit, get, list, cancel, replay, history or purge)")
 	}
+	defer startTracing(ctx, cli)()
 	switch args[0] {
 	case "-h", "--help", "-help", "help":
 		fmt.Fprint(cli.Stderr, taskUsage)

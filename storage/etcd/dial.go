@@ -8,8 +8,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
+	"github.com/tenurehq/tenure/internal/childspan"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -22,6 +27,10 @@ type DialConfig struct {
 	Password    string        // etcd auth password
 	// Logger receives the client's own logs; nil discards them.
 	Logger *zap.Logger
+	// TracerProvider receives a client span per etcd call made under a
+	// span (see tracingDialOption); nil means the global provider
+	// (otel.GetTracerProvider()), one set after Dial included.
+	TracerProvider trace.TracerProvider
 }
 
 // Dial connects to etcd, checks the connection with a bounded status call on
@@ -49,6 +58,7 @@ func Dial(ctx context.Context, c DialConfig, opts ...Option) (*Store, error) {
 		Password:    c.Password,
 		Logger:      lg,
 		Context:     context.WithoutCancel(ctx),
+		DialOptions: []grpc.DialOption{tracingDialOption(c.TracerProvider)},
 	})
 	if err != nil {
 		return nil, &storage.OpError{Backend: "etcd", Op: "dial", Endpoint: endpoint, Err: classify(ctx, c.DialTimeout, err)}
@@ -70,4 +80,17 @@ func Dial(ctx context.Context, c DialConfig, opts ...Option) (*Store, error) {
 	}
 	s.ownClient = true
 	return s, nil
+}
+
+// tracingDialOption instruments the etcd client's gRPC calls with the OTel
+// contrib stats handler, through childspan: only a call made under a span
+// (a task's claim, a submit's wake-up) has a span. The runner's own loops
+// (lease keep-alives, watches, lock checks) run under no span and record
+// none, so that an idle cluster sends no trace every tick. The trace
+// context is propagated in the call's metadata, which etcd ignores.
+func tracingDialOption(tp trace.TracerProvider) grpc.DialOption {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(childspan.TracerProvider(tp))))
 }

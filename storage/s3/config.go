@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurehq/tenure/storage"
 )
@@ -60,6 +61,9 @@ type ClientConfig struct {
 	// DefaultClientConfig's. Attempts stay within the store's request timeout
 	// whatever the backoff.
 	MaxBackoff time.Duration
+	// TracerProvider receives the client's spans (see WithTracing); nil
+	// means the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultClientConfig returns the retry defaults; the caller fills in the
@@ -128,6 +132,7 @@ func validRegion(r string) bool { return !strings.ContainsAny(r, " \t\r\n/") }
 // default trailers) and a standard retryer bounded by MaxAttempts and
 // MaxBackoff with no client-side retry quota. ctx bounds loading the shared
 // AWS configuration. The client's Options().Region is the region used.
+// Its calls are traced (WithTracing).
 func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -171,5 +176,5 @@ func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 		if c.Endpoint != "" {
 			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
-	}), nil
+	}, WithTracing(c.TracerProvider)), nil
 }
