@@ -68,8 +68,8 @@ func sharedInfra(t *testing.T) *bench.Infra {
 func runBenchCmd(ctx context.Context, t *testing.T, base bench.Options, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cli := &CLI{Stdout: &out, Stderr: &errOut, Version: "test"}
-	err = runBench(ctx, cli, args, base)
+	cli := &CLI{Stdout: &out, Stderr: &errOut, Version: "test", benchBase: base}
+	_, err = execute(ctx, cli, append([]string{"bench"}, args...))
 	return out.String(), errOut.String(), err
 }
 

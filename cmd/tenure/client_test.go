@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/external"
@@ -281,24 +282,33 @@ func TestLoadConfig(t *testing.T) {
 	assertOneLine(t, "unknown key", flatten(err), "endpointz")
 }
 
-func TestParseArgs(t *testing.T) {
+// TestSubmitArgs: flags go anywhere among the positional arguments, and
+// "--" ends them.
+func TestSubmitArgs(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		pos  []string
+		typ  string
 		wait bool
 		in   string
 	}{
-		{[]string{"echo", "--input", `{"x":1}`, "--wait"}, []string{"echo"}, true, `{"x":1}`},
-		{[]string{"--wait", "echo"}, []string{"echo"}, true, ""},
-		{[]string{"a", "--input=1", "b"}, []string{"a", "b"}, false, "1"},
-		{[]string{"a", "--", "--wait", "-x"}, []string{"a", "--wait", "-x"}, false, ""},
+		{[]string{"echo", "--input", `{"x":1}`, "--wait"}, "echo", true, `{"x":1}`},
+		{[]string{"--wait", "echo"}, "echo", true, ""},
+		{[]string{"--input=1", "a"}, "a", false, "1"},
+		{[]string{"--", "--wait"}, "--wait", false, ""},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		wait := fs.Bool("wait", false, "")
-		in := fs.String("input", "", "")
-		pos, err := parseArgs(fs, tc.args)
-		if err != nil || !slices.Equal(pos, tc.pos) || *wait != tc.wait || *in != tc.in {
-			t.Errorf("parseArgs(%q) = %q, %v (wait %v, input %q); want %q (wait %v, input %q)", tc.args, pos, err, *wait, *in, tc.pos, tc.wait, tc.in)
+		cli := &CLI{}
+		cmd := newSubmitCmd(cli)
+		var typ string
+		var f submitFlags
+		cmd.RunE = func(_ *cobra.Command, args []string) error {
+			typ = args[0]
+			f.wait, _ = cmd.Flags().GetBool("wait")
+			f.input, _ = cmd.Flags().GetString("input")
+			return nil
+		}
+		cmd.SetArgs(tc.args)
+		if err := cmd.Execute(); err != nil || typ != tc.typ || f.wait != tc.wait || f.input != tc.in {
+			t.Errorf("submit %q: type %q, %v (wait %v, input %q); want %q (wait %v, input %q)", tc.args, typ, err, f.wait, f.input, tc.typ, tc.wait, tc.in)
 		}
 	}
 }
