@@ -256,7 +256,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	cli := &CLI{Stderr: &bytes.Buffer{}, Stdout: &bytes.Buffer{}}
 	_, err := cli.LoadConfig(nil)
-	if !errors.Is(err, ErrNoConfig) || err.Error() != "no config: run `tenure dev` here or pass --config" {
+	if !errors.Is(err, ErrNoConfig) || err.Error() != "no config: run `tenure dev` here, pass --config or set TENURE_CONFIG" {
 		t.Errorf("no config anywhere: err = %v, want ErrNoConfig", err)
 	}
 

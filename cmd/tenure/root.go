@@ -56,26 +56,36 @@ func usagef(format string, args ...any) error {
 // command; the usage alone when no command is given).
 func Main(ctx context.Context, cli *CLI, args []string) int {
 	cmd, err := execute(ctx, cli, args)
-	if err == nil {
-		return 0
-	}
+	code := exitCode(err)
 	name := "tenure"
 	if cmd != nil {
 		name = cmd.CommandPath()
 	}
+	switch {
+	case code == 0 || errors.Is(err, errUsageShown):
+	case code == 2:
+		fmt.Fprintf(cli.Stderr, "%s: %s (see %s --help)\n", name, oneLine(err), name)
+	default:
+		fmt.Fprintf(cli.Stderr, "%s: %s\n", name, oneLine(err))
+	}
+	return code
+}
+
+// exitCode is the exit status of a command's error: 0 for none, 2 for a
+// usage error, else 1.
+func exitCode(err error) int {
 	var ue usageError
-	if errors.As(err, &ue) {
-		if !errors.Is(err, errUsageShown) {
-			fmt.Fprintf(cli.Stderr, "%s: %s (see %s --help)\n", name, oneLine(err), name)
-		}
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
 		return 2
 	}
-	fmt.Fprintf(cli.Stderr, "%s: %s\n", name, oneLine(err))
 	return 1
 }
 
-// errUsageShown is the usage error of a command run without its
-// subcommand: the usage on stderr says it all.
+// errUsageShown is the usage error of tenure run without a command: the
+// usage on stderr says it all.
 var errUsageShown = usageError{errors.New("usage shown")}
 
 // execute runs args on a new command tree and returns the command that
@@ -126,7 +136,7 @@ func newRootCmd(cli *CLI) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = false
 	pf := root.PersistentFlags()
-	pf.StringVar(&cli.ConfigPath, "config", cli.ConfigPath, "config `FILE` (default $TENURE_CONFIG, else ./.tenure-dev/tenure.yaml)")
+	pf.StringVar(&cli.ConfigPath, "config", cli.ConfigPath, "the config `FILE` (default $TENURE_CONFIG, else ./.tenure-dev/tenure.yaml)")
 	pf.StringVarP(&cli.output, "output", "o", "text", "output format: text or json")
 	root.Flags().BoolVar(&showVersion, "version", false, "print the version")
 
@@ -146,8 +156,8 @@ func newRootCmd(cli *CLI) *cobra.Command {
 	return root
 }
 
-// group returns a command that only holds subcommands: run alone it prints
-// its usage on stderr (exit 2), and with an unknown subcommand it names it.
+// group returns a command that only holds subcommands: run alone or with
+// an unknown subcommand, it fails with a usage error naming them.
 func group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{
 		Use:   use,
@@ -157,9 +167,7 @@ func group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
 			if len(args) > 0 {
 				return usagef("unknown command %q (%s)", args[0], subNames(cmd))
 			}
-			cmd.SetOut(cmd.ErrOrStderr())
-			cmd.Usage()
-			return errUsageShown
+			return usagef("missing command (%s)", subNames(cmd))
 		},
 	}
 	c.AddCommand(subs...)
