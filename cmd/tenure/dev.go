@@ -62,7 +62,7 @@ admin_addr}]); logs go to stderr.
 
 // devFlags are the flags of `tenure dev`.
 type devFlags struct {
-	runners, adminBase                      int
+	runners, adminBase                    int
 	data, out, etcdAddr, etcdPeer, s3Addr string
 }
 

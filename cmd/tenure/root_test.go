@@ -268,4 +268,3 @@ func TestDevToken(t *testing.T) {
 		t.Errorf("the written config loads with admin.token %q (%v), want %q", loaded.Admin.Token, err, a)
 	}
 }
-
