@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -400,25 +401,35 @@ func TestUnknownEnvIgnored(t *testing.T) {
 
 // TestRunIgnoresUnknownEnv: `tenure run` in a pod of a namespace with a
 // Service named "tenure" starts (its runner logs the warning; see
-// runner.TestLoadIgnoresUnknownEnv) and stops cleanly.
+// runner.TestLoadIgnoresUnknownEnv), prints its ready line (-o json) and
+// stops cleanly.
 func TestRunIgnoresUnknownEnv(t *testing.T) {
 	c := newCLICluster(t, true)
 	ctx, cancel := context.WithCancel(testCtx(t, 60*time.Second))
 	defer cancel()
-	var out, errOut bytes.Buffer
+	var out, errOut logBuffer
 	cli := &CLI{Stdout: &out, Stderr: &errOut, Environ: append([]string{"USER=tester"}, kubernetesEnv...), ConfigPath: c.cfgPath, Version: "test"}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cli, []string{"--runner-id", "k8s-1", "--set", "log.level=error"}) }()
-	waitUntil(t, "the runner registers", 20*time.Second, func() bool {
+	go func() {
+		done <- Run(ctx, cli, []string{"--runner-id", "k8s-1", "--set", "log.level=error", "-o", "json"})
+	}()
+	var ready RunReady
+	waitUntil(t, "the runner prints its ready line", 20*time.Second, func() bool {
 		select {
 		case err := <-done:
-			done <- err
-			return true
+			t.Fatalf("tenure run ended: %v\n%s", err, errOut.String())
 		default:
 		}
-		rs, _, err := c.etcd.Runners(ctx)
-		return err == nil && slices.ContainsFunc(rs, func(r storage.RunnerInfo) bool { return r.ID == "k8s-1" })
+		return json.Unmarshal([]byte(out.String()), &ready) == nil
 	})
+	if ready.Event != "ready" || ready.RunnerID != "k8s-1" || ready.Cluster != c.name || ready.AdminAddr == "" ||
+		ready.CallAddr == "" || ready.Config != c.cfgPath || strings.Count(out.String(), "\n") != 1 {
+		t.Errorf("ready line %q, want one line naming k8s-1, its addresses and the config", out.String())
+	}
+	rs, _, err := c.etcd.Runners(ctx)
+	if err != nil || !slices.ContainsFunc(rs, func(r storage.RunnerInfo) bool { return r.ID == "k8s-1" }) {
+		t.Errorf("a ready runner is not registered: %v", err)
+	}
 	cancel()
 	select {
 	case err := <-done:

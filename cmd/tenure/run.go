@@ -168,14 +168,30 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config, cfgPath string)
 	return r.Run(ctx)
 }
 
-// waitReady waits until r has connected to its cluster and checked its
-// meta (what Runner.Client waits for).
+// readyPoll is how often waitReady looks at a connected runner's status.
+const readyPoll = 20 * time.Millisecond
+
+// waitReady waits until r has connected to its cluster (what
+// Runner.Client waits for), then until it has registered, which it does
+// once its call and admin servers listen, so that the addresses printed
+// answer. It gives up when ctx ends (the caller cancels it when Run
+// returns).
 func waitReady(ctx context.Context, r *runner.Runner) error {
 	c, err := r.Client(ctx)
 	if err != nil {
 		return err
 	}
-	return c.Close()
+	c.Close()
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	for !r.Status().Registered {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // printReady prints the readiness of run or dev on stdout: v as one JSON
