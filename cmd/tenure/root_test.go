@@ -88,21 +88,24 @@ func TestVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary twice")
 	}
-	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Fatalf("git rev-parse HEAD: %v (the test needs the git checkout the module is built from)", err)
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = pkgDir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %q: %v (the test needs the git checkout the module is built from)", args, err)
+		}
+		return strings.TrimSpace(string(out))
 	}
-	rev := strings.TrimSpace(string(head))[:12]
+	head := git("rev-parse", "HEAD")
+	rev := head[:12]
 	dir := t.TempDir()
 	// The Go toolchain stamps VCS information only where .git is a
 	// directory: in a git worktree (a .git file) it records none. There,
 	// build from a clone of HEAD, as a fresh CI checkout would.
-	src := "."
-	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := strings.TrimSpace(string(top))
+	src := pkgDir
+	root := git("rev-parse", "--show-toplevel")
 	if fi, err := os.Stat(filepath.Join(root, ".git")); err != nil || !fi.IsDir() {
 		t.Logf("%s/.git is no directory (a worktree): go build would record no VCS information; building a clone of HEAD", root)
 		clone := filepath.Join(dir, "src")
