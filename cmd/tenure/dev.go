@@ -183,7 +183,7 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 	}
 	go func() {
 		for _, r := range started {
-			if waitReady(ctx, r) != nil {
+			if waitReady(ctx, r, true) != nil {
 				return
 			}
 		}

@@ -127,7 +127,9 @@ type RunReady struct {
 	Event     string `json:"event"` // "ready"
 	RunnerID  string `json:"runner_id"`
 	Cluster   string `json:"cluster"`
-	AdminAddr string `json:"admin_addr"` // where its admin server listens ("" when disabled)
+	// The addresses are "" when the admin API is disabled (admin_addr ""):
+	// the runner reports them only through it.
+	AdminAddr string `json:"admin_addr"` // where its admin server listens
 	Advertise string `json:"advertise_addr"`
 	CallAddr  string `json:"call_addr"`
 	Config    string `json:"config"` // the config file ("" when none)
@@ -154,12 +156,14 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config, cfgPath string)
 	ctx, stop := signalContext(ctx, cli)
 	defer stop()
 	go func() {
-		if waitReady(ctx, r) != nil {
+		if waitReady(ctx, r, cfg.AdminAddr != "") != nil {
 			return
 		}
-		st := r.Status()
-		rd := RunReady{Event: "ready", RunnerID: cfg.RunnerID, Cluster: cfg.Cluster, AdminAddr: r.AdminAddr(),
-			Advertise: st.Addr, CallAddr: st.CallAddr, Config: cfgPath, Version: runner.Version}
+		rd := RunReady{Event: "ready", RunnerID: cfg.RunnerID, Cluster: cfg.Cluster, Config: cfgPath, Version: runner.Version}
+		if cfg.AdminAddr != "" {
+			st := r.Status()
+			rd.AdminAddr, rd.Advertise, rd.CallAddr = r.AdminAddr(), st.Addr, st.CallAddr
+		}
 		cli.printReady(rd, func() string {
 			return fmt.Sprintf("tenure run: runner %s of cluster %q ready: admin %s, calls %s",
 				rd.RunnerID, rd.Cluster, orDash(rd.AdminAddr), orDash(rd.CallAddr))
@@ -168,23 +172,29 @@ func runRunner(ctx context.Context, cli *CLI, cfg runner.Config, cfgPath string)
 	return r.Run(ctx)
 }
 
-// readyPoll is how often waitReady looks at a connected runner's status.
+// readyPoll is how often waitReady looks at a connected runner.
 const readyPoll = 20 * time.Millisecond
 
 // waitReady waits until r has connected to its cluster (what
-// Runner.Client waits for), then until it has registered, which it does
-// once its call and admin servers listen, so that the addresses printed
-// answer. It gives up when ctx ends (the caller cancels it when Run
-// returns).
-func waitReady(ctx context.Context, r *runner.Runner) error {
+// Runner.Client waits for), then, when it serves the admin API, until that
+// listens and r has registered (which it does once its call and admin
+// servers listen), so that the addresses printed answer. Status is read
+// only once the admin server listens: from then on the admin handler
+// reads it concurrently too, while before that Run is still setting up
+// what it reports. It gives up when ctx ends (the caller cancels it when
+// Run returns).
+func waitReady(ctx context.Context, r *runner.Runner, adminEnabled bool) error {
 	c, err := r.Client(ctx)
 	if err != nil {
 		return err
 	}
 	c.Close()
+	if !adminEnabled {
+		return nil
+	}
 	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
-	for !r.Status().Registered {
+	for r.AdminAddr() == "" || !r.Status().Registered {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
