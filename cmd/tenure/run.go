@@ -124,9 +124,9 @@ func run(ctx context.Context, cli *CLI, f runFlags) error {
 // RunReady is the line `tenure run` prints on stdout once its runner has
 // connected to the cluster (JSON with -o json): where to reach it.
 type RunReady struct {
-	Event     string `json:"event"` // "ready"
-	RunnerID  string `json:"runner_id"`
-	Cluster   string `json:"cluster"`
+	Event    string `json:"event"` // "ready"
+	RunnerID string `json:"runner_id"`
+	Cluster  string `json:"cluster"`
 	// The addresses are "" when the admin API is disabled (admin_addr ""):
 	// the runner reports them only through it.
 	AdminAddr string `json:"admin_addr"` // where its admin server listens
