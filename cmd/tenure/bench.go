@@ -2,20 +2,20 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/internal/bench"
 )
 
-const benchUsage = `usage: tenure bench <scenario>... | all [--json] [--trials N] [--data DIR] [--quick]
-
-Runs benchmark scenarios on loopback: it starts an embedded etcd and an
+const benchLong = `Runs benchmark scenarios on loopback: it starts an embedded etcd and an
 embedded S3 server (VersityGW) itself, then runners in this process or as
 child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes three to
 four minutes on two cores; --quick runs a smoke version in under a minute.
-See BENCHMARKS.md for what each scenario measures.
+See BENCHMARKS.md for what each scenario measures. -o json prints one JSON
+object with every figure instead of a table.
 
 scenarios:
   failover    SIGKILL 1 of 3 runner processes: time until its shards are re-owned
@@ -29,60 +29,54 @@ scenarios:
               errors and unavailability under a SIGTERM and a SIGKILL of a runner
   state       durable entity state (the built-in counter): cold, warm and post-handoff
               activation and save latency, S3 requests per activation and per save
-
-flags:
 `
 
-// Bench runs `tenure bench`.
-func Bench(ctx context.Context, cli *CLI, args []string) error {
-	return runBench(ctx, cli, args, bench.Options{})
+func newBenchCmd(cli *CLI) *cobra.Command {
+	var (
+		trials int
+		data   string
+		quick  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench SCENARIO... | all",
+		Short: "run benchmark scenarios on a local cluster",
+		Long:  benchLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("no scenario given (%s, or all)", strings.Join(bench.Names(), ", "))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if trials < 0 || trials > bench.MaxTrials {
+				return usagef("--trials %d: must be in [1, %d]", trials, bench.MaxTrials)
+			}
+			o := cli.benchBase
+			o.Scenarios, o.Trials, o.Quick, o.DataDir = args, trials, quick, data
+			o.Progress, o.Version = cli.Stderr, cli.Version
+			return runBench(cmd.Context(), cli, o, cli.wantJSON(cmd))
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&trials, "trials", 0, fmt.Sprintf("trials per scenario (default %d, %d with --quick)", bench.DefaultTrials, bench.QuickTrials))
+	fs.StringVar(&data, "data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
+	fs.BoolVar(&quick, "quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
+	addJSONAlias(cmd)
+	return cmd
 }
 
-// runBench runs the bench with base's Executable and Infra (tests point
-// them at a built binary and at shared servers) and the options of args.
-func runBench(ctx context.Context, cli *CLI, args []string, base bench.Options) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(cli.Stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object with every figure instead of a table")
-	trials := fs.Int("trials", 0, fmt.Sprintf("trials per scenario (default %d, %d with --quick)", bench.DefaultTrials, bench.QuickTrials))
-	data := fs.String("data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
-	quick := fs.Bool("quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
-	fs.Usage = func() {
-		fmt.Fprint(cli.Stderr, benchUsage)
-		fs.PrintDefaults()
-	}
-	// Scenarios come first and flags after them (or mixed): parse flags
-	// between the positional arguments.
-	var scenarios []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		scenarios = append(scenarios, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(scenarios) == 0 {
-		fs.Usage()
-		return fmt.Errorf("bench: no scenario given (%s, or all)", strings.Join(bench.Names(), ", "))
-	}
-	if *trials < 0 || *trials > bench.MaxTrials {
-		return fmt.Errorf("bench: --trials %d: must be in [1, %d]", *trials, bench.MaxTrials)
-	}
-	o := base
-	o.Scenarios, o.Trials, o.Quick, o.DataDir = scenarios, *trials, *quick, *data
-	o.Progress, o.Version = cli.Stderr, cli.Version
+// runBench runs the bench of o and prints its report, as one JSON object
+// with every figure or as a table.
+func runBench(ctx context.Context, cli *CLI, o bench.Options, asJSON bool) error {
 	if err := o.Validate(); err != nil {
-		return err
+		return usageError{err}
 	}
 	ctx, stop := signalContext(ctx, cli)
 	defer stop()
 	rep, err := bench.Run(ctx, o)
 	if rep != nil && (err == nil || len(rep.Scenarios) > 0) {
 		var werr error
-		if *asJSON {
+		if asJSON {
 			werr = rep.WriteJSON(cli.Stdout)
 		} else {
 			werr = rep.WriteTable(cli.Stdout)

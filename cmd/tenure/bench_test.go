@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -68,8 +67,8 @@ func sharedInfra(t *testing.T) *bench.Infra {
 func runBenchCmd(ctx context.Context, t *testing.T, base bench.Options, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cli := &CLI{Stdout: &out, Stderr: &errOut, Version: "test"}
-	err = runBench(ctx, cli, args, base)
+	cli := &CLI{Stdout: &out, Stderr: &errOut, Version: "test", benchBase: base}
+	_, err = execute(ctx, cli, append([]string{"bench"}, args...))
 	return out.String(), errOut.String(), err
 }
 
@@ -85,21 +84,22 @@ func TestBenchArgs(t *testing.T) {
 		{[]string{"failover", "nope"}, `"nope"`, bench.ErrUnknownScenario},
 		{[]string{"assign", "--trials", "-1"}, "--trials -1", nil},
 		{[]string{"assign", "--trials", "1000"}, "--trials 1000", nil},
-		{[]string{"assign", "--trials", "x"}, "invalid value", nil},
-		{[]string{"--help"}, "", flag.ErrHelp},
+		{[]string{"assign", "--trials", "x"}, "invalid argument", nil},
 	} {
-		_, stderr, err := runBenchCmd(ctx, t, bench.Options{}, tc.args...)
+		_, _, err := runBenchCmd(ctx, t, bench.Options{}, tc.args...)
 		switch {
 		case err == nil:
 			t.Errorf("bench %q: no error", tc.args)
+		case exitCode(err) != 2:
+			t.Errorf("bench %q: %v: exit status %d, want 2 (usage)", tc.args, err, exitCode(err))
 		case tc.is != nil && !errors.Is(err, tc.is):
 			t.Errorf("bench %q: %v, want %v", tc.args, err, tc.is)
 		case !strings.Contains(err.Error(), tc.want):
 			t.Errorf("bench %q: %v, want it to mention %s", tc.args, err, tc.want)
 		}
-		if tc.is == flag.ErrHelp && !strings.Contains(stderr, "failover") {
-			t.Errorf("bench --help does not list the scenarios:\n%s", stderr)
-		}
+	}
+	if stdout, _, err := runBenchCmd(ctx, t, bench.Options{}, "--help"); err != nil || !strings.Contains(stdout, "failover") {
+		t.Errorf("bench --help: %v; does not list the scenarios on stdout:\n%s", err, stdout)
 	}
 }
 

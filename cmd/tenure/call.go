@@ -3,17 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
 )
 
-const callUsage = `usage: tenure call TYPE ID [--input JSON|@FILE] [--send] [--timeout D] [--group G] [--json]
-
-Calls the entity (TYPE, ID) wherever it lives and prints its reply: the
+const callLong = `Calls the entity (TYPE, ID) wherever it lives and prints its reply: the
 call is routed to the runner that holds the entity's shard, runs there on
 the entity's mailbox (one turn at a time with its tasks) and is not stored.
 A call that provably did not start (refused by a runner that no longer owns
@@ -22,10 +21,11 @@ outcome is unknown (the connection broke after sending) is reported, never
 repeated. Durable delivery is ` + "`tenure task submit`" + `.
 
 --send delivers the message without waiting for the handler: it returns
-once the owner has accepted it.
+once the owner has accepted it. -o json prints {"type", "id", "reply",
+"elapsed_ms"} (with "reply_text" instead of "reply" when it is not JSON).
 `
 
-// callJSON is what `tenure call --json` prints.
+// callJSON is what `tenure call -o json` prints.
 type callJSON struct {
 	Type      string          `json:"type"`
 	ID        string          `json:"id"`
@@ -35,33 +35,48 @@ type callJSON struct {
 	ElapsedMS float64         `json:"elapsed_ms"`
 }
 
-// Call is `tenure call`.
-func Call(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "call", callUsage)
-	input := fs.String("input", "", "request: `JSON`, or @FILE")
-	send := fs.Bool("send", false, "send without waiting for the reply")
-	timeout := durationFlag{d: 0}
+func newCallCmd(cli *CLI) *cobra.Command {
+	var (
+		input, group string
+		send         bool
+		timeout      durationFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "call TYPE ID",
+		Short: "call an entity (TYPE ID) and print its reply",
+		Long:  callLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) < 2:
+				return usagef("needs TYPE and ID")
+			case len(args) > 2:
+				return usagef("unexpected argument %q after ID %q (flags take one value: quote JSON input)", args[2], args[1])
+			case args[1] == "":
+				return usagef("ID must not be empty")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd.Context(), cli, args, input, group, send, timeout.d, cli.wantJSON(cmd))
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&input, "input", "", "request: `JSON`, or @FILE")
+	fs.BoolVar(&send, "send", false, "send without waiting for the reply")
 	fs.Var(&timeout, "timeout", "give up after `D` (default: the config's call.timeout, 30s)")
-	group := fs.String("group", "", "shard group (default: \"default\", else the cluster's first)")
-	asJSON := fs.Bool("json", false, `print {"type", "id", "reply", "elapsed_ms"} as JSON`)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) < 2:
-		return errors.New("call: needs TYPE and ID (see tenure call --help)")
-	case len(pos) > 2:
-		return fmt.Errorf("call: unexpected argument %q after ID %q (flags take one value: quote JSON input)", pos[2], pos[1])
-	case pos[1] == "":
-		return errors.New("call: ID must not be empty")
-	}
+	fs.StringVar(&group, "group", "", "shard group (default: \"default\", else the cluster's first)")
+	addJSONAlias(cmd)
+	return cmd
+}
+
+// call runs `tenure call`.
+func call(ctx context.Context, cli *CLI, pos []string, input, group string, send bool, timeout time.Duration, asJSON bool) error {
 	typ, id := pos[0], pos[1]
 	if err := task.ValidateType(typ); err != nil {
 		return err
 	}
 	defer startTracing(ctx, cli)()
-	in, err := readInput(*input)
+	in, err := readInput(input)
 	if err != nil {
 		return err
 	}
@@ -69,12 +84,12 @@ func Call(ctx context.Context, cli *CLI, args []string) error {
 	if err != nil {
 		return flatten(err)
 	}
-	if timeout.d > 0 {
-		cfg.Call.Timeout = runner.Duration(timeout.d)
+	if timeout > 0 {
+		cfg.Call.Timeout = runner.Duration(timeout)
 	}
 	var opts []runner.ClientOption
-	if *group != "" {
-		opts = append(opts, runner.WithGroup(*group))
+	if group != "" {
+		opts = append(opts, runner.WithGroup(group))
 	}
 	conn, err := cli.Connect(ctx, cfg, opts...)
 	if err != nil {
@@ -85,7 +100,7 @@ func Call(ctx context.Context, cli *CLI, args []string) error {
 	defer cancel()
 	start := time.Now()
 	var reply []byte
-	if *send {
+	if send {
 		err = conn.client.Send(cctx, typ, id, in)
 	} else {
 		reply, err = conn.client.Call(cctx, typ, id, in)
@@ -94,13 +109,13 @@ func Call(ctx context.Context, cli *CLI, args []string) error {
 	if err != nil {
 		return fmt.Errorf("call %s %s: %w", typ, id, err)
 	}
-	if !*asJSON {
+	if !asJSON {
 		if len(reply) > 0 {
 			fmt.Fprintf(cli.Stdout, "%s\n", reply)
 		}
 		return nil
 	}
-	out := callJSON{Type: typ, ID: id, Send: *send, ElapsedMS: float64(elapsed.Microseconds()) / 1000}
+	out := callJSON{Type: typ, ID: id, Send: send, ElapsedMS: float64(elapsed.Microseconds()) / 1000}
 	if json.Valid(reply) {
 		out.Reply = reply
 	} else if len(reply) > 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/bench"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -32,15 +32,24 @@ type CLI struct {
 	// Environ is the environment (os.Environ()); the TENURE_* variables in
 	// it configure the commands.
 	Environ []string
-	// ConfigPath is the global --config flag; "" means
-	// ./.tenure-dev/tenure.yaml when it exists.
+	// ConfigPath is the global --config flag; "" means $TENURE_CONFIG,
+	// else ./.tenure-dev/tenure.yaml when it exists.
 	ConfigPath string
 	// Version is the CLI's version, sent to runners as the User-Agent.
 	Version string
+
+	// output is the global -o flag: text or json.
+	output string
+	// benchBase is the base of `tenure bench`'s options (tests point its
+	// Executable and Infra at a built binary and shared servers).
+	benchBase bench.Options
 }
 
+// ConfigEnv names the config file when --config is not given.
+const ConfigEnv = "TENURE_CONFIG"
+
 // ErrNoConfig reports that no config was given and none was found.
-var ErrNoConfig = errors.New("no config: run `tenure dev` here or pass --config")
+var ErrNoConfig = errors.New("no config: run `tenure dev` here, pass --config or set " + ConfigEnv)
 
 // ErrNotInitialised reports a cluster whose meta is not in etcd yet.
 var ErrNotInitialised = runner.ErrClusterNotFound
@@ -49,8 +58,8 @@ var ErrNotInitialised = runner.ErrClusterNotFound
 // working directory.
 var devConfigPath = filepath.Join(DevDir, "tenure.yaml")
 
-// LoadConfig loads the config: the file of --config, else
-// ./.tenure-dev/tenure.yaml when it exists, then the TENURE_* variables of
+// LoadConfig loads the config: the file of --config, else of
+// $TENURE_CONFIG, else ./.tenure-dev/tenure.yaml when it exists, then the TENURE_* variables of
 // the environment, then overrides ("key=value"). With no file at all it
 // fails with ErrNoConfig, unless TENURE_* variables naming config keys
 // configure the commands on their own (as in a container). TENURE_*
@@ -67,15 +76,35 @@ func (c *CLI) LoadConfig(overrides []string) (runner.Config, error) {
 // loadConfig is LoadConfig without the warning, for `tenure run`, whose
 // runner logs it (runner.New).
 func (c *CLI) loadConfig(overrides []string) (runner.Config, error) {
-	path := c.ConfigPath
+	path, environ, err := c.configSource()
+	if err != nil {
+		return runner.Config{}, err
+	}
+	return runner.Load(path, environ, overrides)
+}
+
+// configSource returns the config file to load ("" for none) and the
+// environment without TENURE_CONFIG, which names no key: runner.Load
+// would warn about it.
+func (c *CLI) configSource() (path string, environ []string, err error) {
+	environ = slices.DeleteFunc(slices.Clone(c.Environ), func(kv string) bool {
+		if v, ok := strings.CutPrefix(kv, ConfigEnv+"="); ok {
+			path = v
+			return true
+		}
+		return false
+	})
+	if c.ConfigPath != "" {
+		path = c.ConfigPath
+	}
 	if path == "" {
 		if _, err := os.Stat(devConfigPath); err == nil {
 			path = devConfigPath
-		} else if !slices.ContainsFunc(c.Environ, configEnv) {
-			return runner.Config{}, ErrNoConfig
+		} else if !slices.ContainsFunc(environ, configEnv) {
+			return "", nil, ErrNoConfig
 		}
 	}
-	return runner.Load(path, c.Environ, overrides)
+	return path, environ, nil
 }
 
 // configEnv reports whether kv sets a config key.
@@ -96,9 +125,7 @@ func (c *CLI) warnUnknownEnv(cfg runner.Config) {
 // Conn is a client's connection to a cluster: its etcd (runners, locks,
 // meta, dynamic config, wake-ups), its S3 bucket and a task client.
 type Conn struct {
-	Config  runner.Config
-	Meta    storage.ClusterMeta
-	Etcd    *etcd.Store
+	EtcdConn
 	Objects storage.ObjectStore
 	Tasks   *task.Client
 	// Group is the shard group tasks are submitted to by default: "default"
@@ -132,48 +159,13 @@ func (c *CLI) Connect(ctx context.Context, cfg runner.Config, opts ...runner.Cli
 		rs.Close()
 		return nil, err
 	}
-	return &Conn{Config: cfg, Meta: client.Meta(), Etcd: rs, Objects: client.Store().Objects(), Tasks: client.Client,
-		Group: client.Group(), client: client}, nil
+	return &Conn{EtcdConn: EtcdConn{Config: cfg, Meta: client.Meta(), Etcd: rs}, Objects: client.Store().Objects(),
+		Tasks: client.Client, Group: client.Group(), client: client}, nil
 }
 
 // dialEtcd connects to the configured etcd on the cluster's prefix.
 func (c *CLI) dialEtcd(ctx context.Context, cfg runner.Config) (*etcd.Store, error) {
 	return runner.DialEtcd(ctx, cfg)
-}
-
-// newFlags returns a command's flag set: errors and usage go to stderr,
-// and usage is the command's text followed by its flags.
-func newFlags(cli *CLI, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(cli.Stderr)
-	fs.Usage = func() {
-		fmt.Fprint(cli.Stderr, usage)
-		fmt.Fprintln(cli.Stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseArgs parses flags wherever they are among args (the flag package
-// stops at the first argument that is not one, but `task submit echo
-// --wait` should work) and returns the other arguments. "--" ends the
-// flags.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }
 
 // durationFlag is a duration flag that names what it wants when the value
@@ -189,6 +181,9 @@ func (f *durationFlag) String() string {
 	}
 	return f.d.String()
 }
+
+// Type names the value in help.
+func (f *durationFlag) Type() string { return "duration" }
 
 func (f *durationFlag) Set(s string) error {
 	d, err := time.ParseDuration(s)
@@ -231,18 +226,30 @@ const (
 type admin struct {
 	hc        *http.Client
 	userAgent string
-	token     string // admin.token, sent as a bearer token when set
+	// token is the admin bearer token (admin.token, admin.token_file),
+	// sent with every request when set: the runners require it on their
+	// mutating endpoints, and the open ones ignore it.
+	token string
 }
 
-func newAdmin(cli *CLI) *admin {
+// ErrAdminAuth reports a runner refusing an admin request for want of the
+// right token (or client certificate).
+var ErrAdminAuth = errors.New("the runner refused the admin request: set admin.token (or TENURE_ADMIN_TOKEN, admin.token_file) to the runners' token")
+
+func newAdmin(cli *CLI, cfg runner.Config) (*admin, error) {
+	token, err := cfg.Admin.BearerToken()
+	if err != nil {
+		return nil, err
+	}
 	return &admin{
+		token: token,
 		hc: &http.Client{Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: adminActionTimeout}).DialContext,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     10 * time.Second,
 		}},
 		userAgent: "tenure-cli/" + cli.Version,
-	}
+	}, nil
 }
 
 // close drops the idle connections, so a command leaves nothing behind.
@@ -358,6 +365,9 @@ func (a *admin) do(ctx context.Context, method, url string) ([]byte, error) {
 		msg := strings.TrimSpace(string(body))
 		if len(msg) > 200 {
 			msg = msg[:200] + "…"
+		}
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return nil, fmt.Errorf("%s %s: %s: %s: %w", method, url, resp.Status, msg, ErrAdminAuth)
 		}
 		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, msg)
 	}

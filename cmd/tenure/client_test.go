@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/external"
@@ -257,7 +259,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	cli := &CLI{Stderr: &bytes.Buffer{}, Stdout: &bytes.Buffer{}}
 	_, err := cli.LoadConfig(nil)
-	if !errors.Is(err, ErrNoConfig) || err.Error() != "no config: run `tenure dev` here or pass --config" {
+	if !errors.Is(err, ErrNoConfig) || err.Error() != "no config: run `tenure dev` here, pass --config or set TENURE_CONFIG" {
 		t.Errorf("no config anywhere: err = %v, want ErrNoConfig", err)
 	}
 
@@ -283,24 +285,33 @@ func TestLoadConfig(t *testing.T) {
 	assertOneLine(t, "unknown key", flatten(err), "endpointz")
 }
 
-func TestParseArgs(t *testing.T) {
+// TestSubmitArgs: flags go anywhere among the positional arguments, and
+// "--" ends them.
+func TestSubmitArgs(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		pos  []string
+		typ  string
 		wait bool
 		in   string
 	}{
-		{[]string{"echo", "--input", `{"x":1}`, "--wait"}, []string{"echo"}, true, `{"x":1}`},
-		{[]string{"--wait", "echo"}, []string{"echo"}, true, ""},
-		{[]string{"a", "--input=1", "b"}, []string{"a", "b"}, false, "1"},
-		{[]string{"a", "--", "--wait", "-x"}, []string{"a", "--wait", "-x"}, false, ""},
+		{[]string{"echo", "--input", `{"x":1}`, "--wait"}, "echo", true, `{"x":1}`},
+		{[]string{"--wait", "echo"}, "echo", true, ""},
+		{[]string{"--input=1", "a"}, "a", false, "1"},
+		{[]string{"--", "--wait"}, "--wait", false, ""},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		wait := fs.Bool("wait", false, "")
-		in := fs.String("input", "", "")
-		pos, err := parseArgs(fs, tc.args)
-		if err != nil || !slices.Equal(pos, tc.pos) || *wait != tc.wait || *in != tc.in {
-			t.Errorf("parseArgs(%q) = %q, %v (wait %v, input %q); want %q (wait %v, input %q)", tc.args, pos, err, *wait, *in, tc.pos, tc.wait, tc.in)
+		cli := &CLI{}
+		cmd := newSubmitCmd(cli)
+		var typ string
+		var f submitFlags
+		cmd.RunE = func(_ *cobra.Command, args []string) error {
+			typ = args[0]
+			f.wait, _ = cmd.Flags().GetBool("wait")
+			f.input, _ = cmd.Flags().GetString("input")
+			return nil
+		}
+		cmd.SetArgs(tc.args)
+		if err := cmd.Execute(); err != nil || typ != tc.typ || f.wait != tc.wait || f.input != tc.in {
+			t.Errorf("submit %q: type %q, %v (wait %v, input %q); want %q (wait %v, input %q)", tc.args, typ, err, f.wait, f.input, tc.typ, tc.wait, tc.in)
 		}
 	}
 }
@@ -392,25 +403,35 @@ func TestUnknownEnvIgnored(t *testing.T) {
 
 // TestRunIgnoresUnknownEnv: `tenure run` in a pod of a namespace with a
 // Service named "tenure" starts (its runner logs the warning; see
-// runner.TestLoadIgnoresUnknownEnv) and stops cleanly.
+// runner.TestLoadIgnoresUnknownEnv), prints its ready line (-o json) and
+// stops cleanly.
 func TestRunIgnoresUnknownEnv(t *testing.T) {
 	c := newCLICluster(t, true)
 	ctx, cancel := context.WithCancel(testCtx(t, 60*time.Second))
 	defer cancel()
-	var out, errOut bytes.Buffer
+	var out, errOut logBuffer
 	cli := &CLI{Stdout: &out, Stderr: &errOut, Environ: append([]string{"USER=tester"}, kubernetesEnv...), ConfigPath: c.cfgPath, Version: "test"}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cli, []string{"--runner-id", "k8s-1", "--set", "log.level=error"}) }()
-	waitUntil(t, "the runner registers", 20*time.Second, func() bool {
+	go func() {
+		done <- Run(ctx, cli, []string{"--runner-id", "k8s-1", "--set", "log.level=error", "-o", "json"})
+	}()
+	var ready RunReady
+	waitUntil(t, "the runner prints its ready line", 20*time.Second, func() bool {
 		select {
 		case err := <-done:
-			done <- err
-			return true
+			t.Fatalf("tenure run ended: %v\n%s", err, errOut.String())
 		default:
 		}
-		rs, _, err := c.etcd.Runners(ctx)
-		return err == nil && slices.ContainsFunc(rs, func(r storage.RunnerInfo) bool { return r.ID == "k8s-1" })
+		return json.Unmarshal([]byte(out.String()), &ready) == nil
 	})
+	if ready.Event != "ready" || ready.RunnerID != "k8s-1" || ready.Cluster != c.name || ready.AdminAddr == "" ||
+		ready.CallAddr == "" || ready.Config != c.cfgPath || strings.Count(out.String(), "\n") != 1 {
+		t.Errorf("ready line %q, want one line naming k8s-1, its addresses and the config", out.String())
+	}
+	rs, _, err := c.etcd.Runners(ctx)
+	if err != nil || !slices.ContainsFunc(rs, func(r storage.RunnerInfo) bool { return r.ID == "k8s-1" }) {
+		t.Errorf("a ready runner is not registered: %v", err)
+	}
 	cancel()
 	select {
 	case err := <-done:

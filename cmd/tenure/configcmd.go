@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -15,33 +14,25 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
 
-const configUsage = `usage: tenure config <command> [flags]
-
-commands:
-  get                          show the dynamic config and who runs what
-  set KEY=VALUE… [--rollout P] change settings, for P percent of the runners
-
-The dynamic config (the etcd key /tenure/<cluster>/config) changes the
+const configLong = `The dynamic config (the etcd key /tenure/<cluster>/config) changes the
 detachment settings of running runners without a restart.
 `
 
-const configGetUsage = `usage: tenure config get [--json]
-
-Shows the dynamic config document: its version, the base settings every
+const configGetLong = `Shows the dynamic config document: its version, the base settings every
 runner gets, the canary settings of a change in progress and the percentage
 of runners it reaches, and for every live runner its rollout bucket and
-which layer it gets. --json prints the document with its etcd "revision"
+which layer it gets. -o json prints the document with its etcd "revision"
 and "runners": [{"id", "bucket", "canary"}].
 `
 
-// configSetUsage is completed with the dynamic keys.
-const configSetUsage = `usage: tenure config set KEY=VALUE… [--rollout PCT]
-
-Changes dynamic settings. With --rollout below 100 the change goes to a
+// configSetLong is completed with the dynamic keys.
+const configSetLong = `Changes dynamic settings. With --rollout below 100 the change goes to a
 canary: the runners whose bucket (xxhash64 of the runner id, mod 100) is
 below PCT run it, the others keep the base. Raising PCT only adds runners;
 --rollout 100 (the default) makes the change, and any canary in progress,
@@ -56,31 +47,40 @@ version, which runners export as tenure_runner_config_version.
 Typical rollout: detachment.mode=observe --rollout 10, then 50, then 100;
 later detachment.mode=enforce the same way.
 
+-o json prints what config get -o json prints, after the write: the new
+version, its layers and rollout, and the runners with the layer each gets.
+
 keys: `
 
 // configCASTries bounds how often `config set` re-reads the document after
 // losing a compare-and-swap to another writer.
 const configCASTries = 5
 
-// configCommand runs `tenure config <get|set>`.
-func configCommand(ctx context.Context, cli *CLI, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(cli.Stderr, configUsage)
-		return errors.New("missing command (get or set)")
+func newConfigCmd(cli *CLI) *cobra.Command {
+	get := &cobra.Command{
+		Use:   "get",
+		Short: "show the dynamic config and who runs what",
+		Long:  configGetLong,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return configGet(cmd.Context(), cli, cli.wantJSON(cmd))
+		},
 	}
-	switch args[0] {
-	case "-h", "--help", "-help", "help":
-		fmt.Fprint(cli.Stderr, configUsage)
-		return flag.ErrHelp
-	case "get":
-		return ConfigGet(ctx, cli, args[1:])
-	case "set":
-		return ConfigSet(ctx, cli, args[1:])
+	addJSONAlias(get)
+	var rollout int
+	set := &cobra.Command{
+		Use:   "set KEY=VALUE... [--rollout PCT]",
+		Short: "change settings, for PCT percent of the runners",
+		Long:  configSetLong + strings.Join(runner.DynamicKeys, ", "),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return configSet(cmd.Context(), cli, args, rollout, flagChanged(cmd.Flags(), "rollout"), cli.wantJSON(cmd))
+		},
 	}
-	return fmt.Errorf("unknown command %q (get or set)", args[0])
+	set.Flags().IntVar(&rollout, "rollout", 100, "`PCT` of the runners (by bucket) get the change, 0–100")
+	return group("config", "get or set (with staged rollout) the dynamic config", configLong, get, set)
 }
 
-// ConfigReport is the output of `tenure config get --json`: the stored
+// ConfigReport is the output of `tenure config get -o json` (and set): the stored
 // document (runner.DynamicDoc's fields), its etcd revision (0: absent) and
 // the live runners with the layer each gets.
 type ConfigReport struct {
@@ -98,17 +98,8 @@ type ConfigRunner struct {
 	Canary bool   `json:"canary"` // it gets the canary layer
 }
 
-// ConfigGet runs `tenure config get`.
-func ConfigGet(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "config get", configGetUsage)
-	asJSON := fs.Bool("json", false, "print the document as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("get: unexpected argument %q", pos[0])
-	}
+// configGet runs `tenure config get`.
+func configGet(ctx context.Context, cli *CLI, asJSON bool) error {
 	rs, err := cli.configStore(ctx)
 	if err != nil {
 		return err
@@ -127,43 +118,35 @@ func ConfigGet(ctx context.Context, cli *CLI, args []string) error {
 	if err := addRunners(ctx, cli, rs, rep); err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(cli.Stdout, rep)
 	}
 	printConfig(cli.Stdout, rep)
 	return nil
 }
 
-// ConfigSet runs `tenure config set`.
-func ConfigSet(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "config set", configSetUsage+strings.Join(runner.DynamicKeys, ", ")+"\n")
-	rollout := fs.Int("rollout", 100, "`PCT` of the runners (by bucket) get the change, 0–100")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	rolloutSet := false
-	fs.Visit(func(f *flag.Flag) { rolloutSet = rolloutSet || f.Name == "rollout" })
+// configSet runs `tenure config set`.
+func configSet(ctx context.Context, cli *CLI, args []string, rollout int, rolloutSet, asJSON bool) error {
 	kv := map[string]string{}
-	for _, a := range pos {
+	for _, a := range args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
-			return fmt.Errorf("set: %q: want KEY=VALUE (keys: %s)", a, strings.Join(runner.DynamicKeys, ", "))
+			return usagef("%q: want KEY=VALUE (keys: %s)", a, strings.Join(runner.DynamicKeys, ", "))
 		}
 		if _, dup := kv[k]; dup {
-			return fmt.Errorf("set: %s is given twice", k)
+			return usagef("%s is given twice", k)
 		}
 		kv[k] = v
 	}
 	switch {
-	case *rollout < 0 || *rollout > 100:
-		return fmt.Errorf("set: --rollout %d: must be a percentage, 0–100", *rollout)
+	case rollout < 0 || rollout > 100:
+		return usagef("--rollout %d: must be a percentage, 0–100", rollout)
 	case len(kv) == 0 && !rolloutSet:
-		return errors.New("set: nothing to set: give KEY=VALUE… and/or --rollout PCT (see tenure config set --help)")
+		return usagef("nothing to set: give KEY=VALUE… and/or --rollout PCT")
 	}
 	// Check the change on its own first, so that a bad key or value is
 	// reported before connecting to anything.
-	if err := changeDoc(runner.DynamicDoc{}, kv, *rollout, "", time.Time{}).Check(); err != nil {
+	if err := changeDoc(runner.DynamicDoc{}, kv, rollout, "", time.Time{}).Check(); err != nil {
 		return flatten(err)
 	}
 	rs, err := cli.configStore(ctx)
@@ -176,7 +159,7 @@ func ConfigSet(ctx context.Context, cli *CLI, args []string) error {
 		if len(kv) == 0 && cur.Canary == nil {
 			return cur, fmt.Errorf("set: no canary in progress to move (version %d): give KEY=VALUE to start one", cur.Version)
 		}
-		return changeDoc(cur, kv, *rollout, by, time.Now()), nil
+		return changeDoc(cur, kv, rollout, by, time.Now()), nil
 	})
 	if err != nil {
 		return err
@@ -184,6 +167,9 @@ func ConfigSet(ctx context.Context, cli *CLI, args []string) error {
 	rep := &ConfigReport{Revision: rev, DynamicDoc: doc}
 	if err := addRunners(ctx, cli, rs, rep); err != nil {
 		return err
+	}
+	if asJSON {
+		return writeJSON(cli.Stdout, rep)
 	}
 	fmt.Fprintf(cli.Stdout, "wrote dynamic config version %d\n", doc.Version)
 	printConfig(cli.Stdout, rep)
@@ -274,7 +260,7 @@ func (c *CLI) configStore(ctx context.Context) (interface {
 	Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error)
 	Close() error
 }, error) {
-	cfg, err := c.LoadConfig(nil)
+	cfg, err := c.LoadEtcdConfig()
 	if err != nil {
 		return nil, flatten(err)
 	}

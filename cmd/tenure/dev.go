@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tenurehq/tenure/internal/embedded"
@@ -38,107 +42,154 @@ const (
 	devShards     = 64
 )
 
-const devUsage = `usage: tenure dev [flags]
-
-Starts a local cluster in this process: an embedded etcd, an embedded S3
+const devLong = `Starts a local cluster in this process: an embedded etcd, an embedded S3
 server (VersityGW) and N runners with the built-in handlers (echo, sleep,
 counter).
-It writes a config file (default ./.tenure-dev/tenure.yaml) that every other
-tenure command picks up when run from the same directory, so that
+It writes a config file (default ./.tenure-dev/tenure.yaml, else
+<data>/tenure.yaml) that every other tenure command picks up when run from
+the same directory (elsewhere: --config FILE or TENURE_CONFIG=FILE), so that
 ` + "`tenure status`" + ` and ` + "`tenure task submit echo --input '{\"x\":1}' --wait`" + ` work with no
 flags. Ctrl-C stops it cleanly; the data under --data survives a restart.
 --runners 0 starts the infrastructure only, for ` + "`tenure run`" + ` processes.
 
-flags:
+The config holds a random admin token (admin.token, kept across restarts of
+the same --data): the runners require it on their mutating admin endpoints
+(drain, pprof) and the other commands send it. Once the runners have
+connected, it prints the endpoints on stdout (with -o json, one JSON line:
+event "ready", cluster, etcd, s3, bucket, config, runners [{id,
+admin_addr}]); logs go to stderr.
 `
 
-// Dev runs `tenure dev`.
-func Dev(ctx context.Context, cli *CLI, args []string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(cli.Stderr)
-	runners := fs.Int("runners", 1, "runners to start in this process (0: infrastructure only)")
-	data := fs.String("data", DevDir, "state directory (etcd and S3 data)")
-	out := fs.String("config-out", "", "config file to write (default <data>/tenure.yaml)")
-	etcdAddr := fs.String("etcd-addr", devEtcdClient, "embedded etcd client address")
-	etcdPeer := fs.String("etcd-peer-addr", devEtcdPeer, "embedded etcd peer address")
-	s3Addr := fs.String("s3-addr", devS3, "embedded S3 address")
-	adminBase := fs.Int("admin-base-port", devAdminBase, "admin port of the first in-process runner (the next ones follow)")
-	fs.Usage = func() {
-		fmt.Fprint(cli.Stderr, devUsage)
-		fs.PrintDefaults()
+// devFlags are the flags of `tenure dev`.
+type devFlags struct {
+	runners, adminBase                    int
+	data, out, etcdAddr, etcdPeer, s3Addr string
+}
+
+func newDevCmd(cli *CLI) *cobra.Command {
+	var f devFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "start a local cluster: embedded etcd, embedded S3 and N runners",
+		Long:  devLong,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.runners < 0 || f.runners > 50 {
+				return usagef("--runners %d: must be in [0, 50]", f.runners)
+			}
+			return dev(cmd.Context(), cli, f)
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("dev: unexpected argument %q", fs.Arg(0))
-	}
-	if *runners < 0 || *runners > 50 {
-		return fmt.Errorf("dev: --runners %d: must be in [0, 50]", *runners)
-	}
+	fs := cmd.Flags()
+	fs.IntVar(&f.runners, "runners", 1, "runners to start in this process (0: infrastructure only)")
+	fs.StringVar(&f.data, "data", DevDir, "state directory (etcd and S3 data)")
+	fs.StringVar(&f.out, "config-out", "", "config file to write (default <data>/tenure.yaml)")
+	fs.StringVar(&f.etcdAddr, "etcd-addr", devEtcdClient, "embedded etcd client address")
+	fs.StringVar(&f.etcdPeer, "etcd-peer-addr", devEtcdPeer, "embedded etcd peer address")
+	fs.StringVar(&f.s3Addr, "s3-addr", devS3, "embedded S3 address")
+	fs.IntVar(&f.adminBase, "admin-base-port", devAdminBase, "admin port of the first in-process runner (the next ones follow)")
+	return cmd
+}
+
+// DevReady is what `tenure dev -o json` prints on one line once its
+// runners have connected.
+type DevReady struct {
+	Event   string `json:"event"` // "ready"
+	Cluster string `json:"cluster"`
+	Etcd    string `json:"etcd"`
+	S3      string `json:"s3"`
+	Bucket  string `json:"bucket"`
+	// Config is the config file it wrote (absolute): pass it with
+	// --config or TENURE_CONFIG from another directory.
+	Config  string           `json:"config"`
+	Runners []DevReadyRunner `json:"runners"`
+}
+
+// DevReadyRunner is one in-process runner of a DevReady.
+type DevReadyRunner struct {
+	ID        string `json:"id"`
+	AdminAddr string `json:"admin_addr"`
+}
+
+// dev runs `tenure dev`.
+func dev(ctx context.Context, cli *CLI, f devFlags) error {
 	defer initTracing(ctx, cli, runner.DefaultServiceName)()
 	// The embedded S3 server changes the working directory: resolve every
 	// path first.
-	dir, err := filepath.Abs(*data)
+	dir, err := filepath.Abs(f.data)
 	if err != nil {
-		return fmt.Errorf("dev: --data: %w", err)
+		return fmt.Errorf("--data: %w", err)
 	}
-	cfgPath := *out
+	cfgPath := f.out
 	if cfgPath == "" {
 		cfgPath = filepath.Join(dir, "tenure.yaml")
 	}
 	if cfgPath, err = filepath.Abs(cfgPath); err != nil {
-		return fmt.Errorf("dev: --config-out: %w", err)
+		return fmt.Errorf("--config-out: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("dev: %w", err)
+		return err
+	}
+	token, err := devToken(cfgPath)
+	if err != nil {
+		return err
 	}
 
-	etcdSrv, err := embedded.StartEtcd(embedded.EtcdConfig{Dir: filepath.Join(dir, "etcd"), ClientAddr: *etcdAddr, PeerAddr: *etcdPeer})
+	etcdSrv, err := embedded.StartEtcd(embedded.EtcdConfig{Dir: filepath.Join(dir, "etcd"), ClientAddr: f.etcdAddr, PeerAddr: f.etcdPeer})
 	if err != nil {
-		return fmt.Errorf("dev: %w (is another tenure dev running?)", err)
+		return fmt.Errorf("%w (is another tenure dev running?)", err)
 	}
 	defer etcdSrv.Close()
-	s3Srv, err := embedded.StartS3(embedded.S3Config{Dir: filepath.Join(dir, "s3"), Addr: *s3Addr, AccessKey: devAccessKey, SecretKey: devSecretKey})
+	s3Srv, err := embedded.StartS3(embedded.S3Config{Dir: filepath.Join(dir, "s3"), Addr: f.s3Addr, AccessKey: devAccessKey, SecretKey: devSecretKey})
 	if err != nil {
-		return fmt.Errorf("dev: %w (is another tenure dev running?)", err)
+		return fmt.Errorf("%w (is another tenure dev running?)", err)
 	}
 	defer s3Srv.Close()
 	if err := ensureBucket(ctx, s3Srv); err != nil {
 		return err
 	}
 	base := devConfig(etcdSrv.Endpoint(), s3Srv)
+	base.Admin.Token = token
 	if err := writeDevConfig(cfgPath, base); err != nil {
 		return err
 	}
-	fmt.Fprintf(cli.Stdout, "tenure dev: cluster %q\n  etcd   %s\n  s3     %s (bucket %s, path-style, key %s)\n  config %s\n",
-		devCluster, etcdSrv.Endpoint(), s3Srv.Endpoint(), devBucket, devAccessKey, cfgPath)
+	ready := DevReady{Event: "ready", Cluster: devCluster, Etcd: etcdSrv.Endpoint(), S3: s3Srv.Endpoint(), Bucket: devBucket,
+		Config: cfgPath, Runners: []DevReadyRunner{}}
 
 	ctx, stop := signalContext(ctx, cli)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, *runners)
-	for i := 1; i <= *runners; i++ {
+	errs := make(chan error, f.runners)
+	var started []*runner.Runner
+	for i := 1; i <= f.runners; i++ {
 		cfg := base
 		cfg.RunnerID = "dev-" + strconv.Itoa(i)
-		cfg.AdminAddr = "127.0.0.1:" + strconv.Itoa(*adminBase+i-1)
+		cfg.AdminAddr = "127.0.0.1:" + strconv.Itoa(f.adminBase+i-1)
 		cfg.AdvertiseAddr = cfg.AdminAddr
 		cfg.DrainTimeout = runner.Duration(5 * time.Second)
 		r, err := runner.New(cfg, runner.WithTypes(standardTypes(nil, nil, "")))
 		if err != nil {
+			stop()
+			wg.Wait()
 			return err
 		}
-		fmt.Fprintf(cli.Stdout, "  runner %s admin http://%s\n", cfg.RunnerID, cfg.AdminAddr)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		ready.Runners = append(ready.Runners, DevReadyRunner{ID: cfg.RunnerID, AdminAddr: cfg.AdminAddr})
+		started = append(started, r)
+		wg.Go(func() {
 			if err := r.Run(ctx); err != nil {
 				errs <- fmt.Errorf("runner %s: %w", cfg.RunnerID, err)
 				stop()
 			}
-		}()
+		})
 	}
-	fmt.Fprintln(cli.Stdout, "Ctrl-C to stop.")
+	go func() {
+		for _, r := range started {
+			if waitReady(ctx, r, true) != nil {
+				return
+			}
+		}
+		cli.printReady(ready, func() string { return devText(ready, f.data == DevDir && f.out == "") })
+	}()
 	<-ctx.Done()
 	wg.Wait()
 	close(errs)
@@ -147,6 +198,54 @@ func Dev(ctx context.Context, cli *CLI, args []string) error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// devText is what `tenure dev` prints once ready, for people; unless the
+// config is where the other commands look by default, it says how to point
+// them at it.
+func devText(r DevReady, defaultPath bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tenure dev: cluster %q\n  etcd   %s\n  s3     %s (bucket %s, path-style, key %s)\n  config %s\n",
+		r.Cluster, r.Etcd, r.S3, r.Bucket, devAccessKey, r.Config)
+	for _, rr := range r.Runners {
+		fmt.Fprintf(&b, "  runner %s admin http://%s\n", rr.ID, rr.AdminAddr)
+	}
+	if !defaultPath {
+		fmt.Fprintf(&b, "Other tenure commands find this cluster with:\n  export %s=%s\n", ConfigEnv, shellQuote(r.Config))
+	}
+	b.WriteString("Ctrl-C to stop.")
+	return b.String()
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == ':' || r == '+' ||
+			('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9'))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// devToken returns the admin token of the dev cluster whose config is at
+// path: the one the file already holds, so that a restart keeps it (and
+// the shells that read it), else a new random one.
+func devToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var f devFile
+		if yaml.Unmarshal(b, &f) == nil && f.Admin.Token != "" {
+			return f.Admin.Token, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("generating the admin token: %w", err)
+	}
+	return hex.EncodeToString(key), nil
 }
 
 // devConfig is the config the dev cluster's runners and clients share.
@@ -179,6 +278,11 @@ type devFile struct {
 		AccessKey string `yaml:"access_key"`
 		SecretKey string `yaml:"secret_key"`
 	} `yaml:"s3"`
+	// Admin holds the token the dev runners require on their mutating
+	// admin endpoints, and the CLI sends.
+	Admin struct {
+		Token string `yaml:"token"`
+	} `yaml:"admin"`
 }
 
 func writeDevConfig(path string, c runner.Config) error {
@@ -187,6 +291,7 @@ func writeDevConfig(path string, c runner.Config) error {
 	f.Etcd.Endpoints = c.Etcd.Endpoints
 	f.S3.Endpoint, f.S3.Region, f.S3.Bucket, f.S3.PathStyle = c.S3.Endpoint, c.S3.Region, c.S3.Bucket, c.S3.PathStyle
 	f.S3.AccessKey, f.S3.SecretKey = c.S3.AccessKey, c.S3.SecretKey
+	f.Admin.Token = c.Admin.Token
 	b, err := yaml.Marshal(f)
 	if err != nil {
 		return err
@@ -194,7 +299,7 @@ func writeDevConfig(path string, c runner.Config) error {
 	header := "# Written by `tenure dev`: the local cluster's endpoints. Other tenure\n# commands read it by default from this directory.\n"
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append([]byte(header), b...), 0o600); err != nil {
-		return fmt.Errorf("dev: writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return os.Rename(tmp, path)
 }
@@ -212,7 +317,7 @@ func ensureBucket(ctx context.Context, s *embedded.S3) error {
 		return nil
 	}
 	if _, err := client.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(devBucket)}); err != nil {
-		return fmt.Errorf("dev: creating bucket %s: %w", devBucket, err)
+		return fmt.Errorf("creating bucket %s: %w", devBucket, err)
 	}
 	return nil
 }

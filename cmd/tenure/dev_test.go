@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/internal/embedded"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/runner"
 )
 
 // devProcess is `tenure dev` running as a process of its own: the test
@@ -25,19 +26,21 @@ type devProcess struct {
 }
 
 // startDev starts `tenure dev` on data with fixed addresses (the same on a
-// restart, as a developer's would be) and waits until its config is
-// written.
-func startDev(t *testing.T, data string, addrs []string) *devProcess {
+// restart, as a developer's would be) and waits until its cluster answers.
+func startDev(t *testing.T, data string, addrs []string, extra ...string) *devProcess {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(data, "tenure.yaml")
-	os.Remove(cfgPath) // written again once the servers are up
+	// The config of a previous start stays: its admin token is kept. The
+	// previous process has stopped, so a status that succeeds below
+	// reached this one.
 	admin := addrs[3][strings.LastIndex(addrs[3], ":")+1:]
 	cmd := exec.Command(self, "dev", "--data", data, "--etcd-addr", addrs[0], "--etcd-peer-addr", addrs[1],
 		"--s3-addr", addrs[2], "--admin-base-port", admin)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = append(os.Environ(), cliMainEnv+"=1")
 	d := &devProcess{cmd: cmd, out: &logBuffer{}}
 	cmd.Stdout, cmd.Stderr = d.out, d.out
@@ -113,13 +116,40 @@ func TestDevCounterSurvivesRestart(t *testing.T) {
 	d := startDev(t, data, addrs)
 	add(`{"add":2}`, 2)
 	add(`{"add":2}`, 4)
-	d.stop(t)
-
-	d = startDev(t, data, addrs)
-	add(`{}`, 4)
-	add(`{"add":2}`, 6)
+	token := devConfigToken(t, cfgPath)
 	d.stop(t)
 	if !bytes.Contains([]byte(d.out.String()), []byte("runner dev-1")) {
 		t.Errorf("tenure dev output does not name its runner:\n%s", d.out.String())
 	}
+
+	// Again, with -o json: one ready line, the same admin token.
+	d = startDev(t, data, addrs, "-o", "json")
+	var ready DevReady
+	testenv.WaitFor(t, "tenure dev -o json prints its ready line", 30*time.Second, func() bool {
+		for line := range strings.Lines(d.out.String()) {
+			if strings.HasPrefix(line, `{"event":"ready"`) {
+				return json.Unmarshal([]byte(line), &ready) == nil
+			}
+		}
+		return false
+	})
+	if ready.Config != cfgPath || len(ready.Runners) != 1 || ready.Runners[0].ID != "dev-1" || ready.Etcd == "" {
+		t.Errorf("ready line %+v, want config %s and runner dev-1", ready, cfgPath)
+	}
+	if got := devConfigToken(t, cfgPath); token == "" || got != token {
+		t.Errorf("admin token after a restart %q, want the first one, %q", got, token)
+	}
+	add(`{}`, 4)
+	add(`{"add":2}`, 6)
+	d.stop(t)
+}
+
+// devConfigToken returns the admin token of a dev config file.
+func devConfigToken(t *testing.T, path string) string {
+	t.Helper()
+	cfg, err := runner.Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Admin.Token
 }

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenurehq/tenure/storage"
 )
 
-const drainUsage = `usage: tenure drain RUNNER-ID [--wait D]
-
-Asks a runner (POST /admin/drain on its registered admin address) to hand
+const drainLong = `Asks a runner (POST /admin/drain on its registered admin address) to hand
 its shards over gracefully: its weight drops to 0, so the assignment moves
 its shards to the other runners, and it releases them one by one, each
 after its running tasks are interrupted and put back to pending, so the
@@ -22,30 +22,54 @@ new owner starts them at once. The runner stays up, owning nothing.
 
 Then it waits up to --wait until the runner holds no shard lock in etcd
 and reports owning none, and fails naming what is left if it still owns
-shards then. --wait 0 only asks.
+shards then. --wait 0 only asks. -o json prints {"runner", "shards_moved",
+"shards_left", "drained", "waited_seconds"} (also when the wait ran out).
 `
 
 // drainPoll is how often drain checks the runner's shards.
 const drainPoll = 100 * time.Millisecond
 
-// Drain runs `tenure drain`.
-func Drain(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "drain", drainUsage)
+func newDrainCmd(cli *CLI) *cobra.Command {
 	wait := durationFlag{d: time.Minute, set: true}
-	fs.Var(&wait, "wait", "wait up to `D` for the shards to move (0: do not wait)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "drain RUNNER-ID",
+		Short: "move a runner's shards away gracefully",
+		Long:  drainLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch len(args) {
+			case 0:
+				return usagef("missing RUNNER-ID (tenure status lists them)")
+			case 1:
+				return nil
+			}
+			return usagef("unexpected argument %q after RUNNER-ID", args[1])
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return drain(cmd.Context(), cli, args[0], wait.d, cli.wantJSON(cmd))
+		},
 	}
-	switch len(pos) {
-	case 0:
-		return errors.New("missing RUNNER-ID (tenure status lists them)")
-	case 1:
-	default:
-		return fmt.Errorf("unexpected argument %q after RUNNER-ID", pos[1])
-	}
-	id := pos[0]
-	cfg, err := cli.LoadConfig(nil)
+	cmd.Flags().Var(&wait, "wait", "wait up to `D` for the shards to move (0: do not wait)")
+	return cmd
+}
+
+// DrainReport is what `tenure drain -o json` prints.
+type DrainReport struct {
+	Runner string `json:"runner"`
+	// ShardsMoved counts the shard locks the runner held when asked and
+	// no longer holds.
+	ShardsMoved int `json:"shards_moved"`
+	// ShardsLeft are the shards whose locks it still holds ([] once
+	// drained).
+	ShardsLeft []string `json:"shards_left"`
+	// Drained: it holds no shard lock and reports owning none.
+	Drained bool `json:"drained"`
+	// Waited is how long drain waited, in seconds (0 with --wait 0).
+	Waited float64 `json:"waited_seconds"`
+}
+
+// drain runs `tenure drain`: etcd and the runner's admin endpoint only.
+func drain(ctx context.Context, cli *CLI, id string, wait time.Duration, asJSON bool) error {
+	cfg, err := cli.LoadEtcdConfig()
 	if err != nil {
 		return flatten(err)
 	}
@@ -71,9 +95,13 @@ func Drain(ctx context.Context, cli *CLI, args []string) error {
 	if r.Addr == "" {
 		return fmt.Errorf("runner %s registered no admin address (its admin_addr is empty), so it cannot be asked to drain", id)
 	}
-	adm := newAdmin(cli)
+	adm, err := newAdmin(cli, cfg)
+	if err != nil {
+		return err
+	}
 	defer adm.close()
-	if adm.token, err = cfg.Admin.BearerToken(); err != nil {
+	before, _, err := drainLeft(ctx, rs, adm, r)
+	if err != nil {
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, adminActionTimeout)
@@ -83,12 +111,26 @@ func Drain(ctx context.Context, cli *CLI, args []string) error {
 		return fmt.Errorf("asking runner %s to drain: %w", id, err)
 	}
 	start := time.Now()
-	fmt.Fprintf(cli.Stdout, "runner %s is draining\n", id)
-	if wait.d == 0 {
+	rep := DrainReport{Runner: id, ShardsLeft: append([]string{}, before...)}
+	done := func() error {
+		rep.ShardsMoved = max(len(before)-len(rep.ShardsLeft), 0)
+		rep.Waited = time.Since(start).Seconds()
+		if wait == 0 {
+			rep.Waited = 0
+		}
+		if asJSON {
+			return writeJSON(cli.Stdout, rep)
+		}
 		return nil
 	}
+	if !asJSON {
+		fmt.Fprintf(cli.Stdout, "runner %s is draining\n", id)
+	}
+	if wait == 0 {
+		return done()
+	}
 
-	deadline := time.NewTimer(wait.d)
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
@@ -97,16 +139,23 @@ func Drain(ctx context.Context, cli *CLI, args []string) error {
 		if err != nil {
 			return err
 		}
+		rep.ShardsLeft = append([]string{}, left...)
 		if len(left) == 0 && reported == 0 {
-			fmt.Fprintf(cli.Stdout, "runner %s owns no shards (drained in %s)\n", id, time.Since(start).Round(time.Millisecond))
-			return nil
+			rep.Drained = true
+			if !asJSON {
+				fmt.Fprintf(cli.Stdout, "runner %s owns no shards (drained in %s)\n", id, time.Since(start).Round(time.Millisecond))
+			}
+			return done()
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
+			if err := done(); err != nil {
+				return err
+			}
 			return fmt.Errorf("runner %s still holds %d shard lock(s) after %s (%s); its admin reports %d owned",
-				id, len(left), wait.d, abbrevList(left, 10), reported)
+				id, len(left), wait, abbrevList(left, 10), reported)
 		case <-tick.C:
 		}
 	}

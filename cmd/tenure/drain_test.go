@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -63,7 +64,11 @@ func TestRunnersEndToEnd(t *testing.T) {
 	}
 
 	// A dynamic config change reaches the runners live.
-	c.mustRun(ConfigSet, "detachment.mode=observe")
+	var set ConfigReport
+	if err := json.Unmarshal([]byte(c.mustRun(ConfigSet, "detachment.mode=observe", "-o", "json")), &set); err != nil ||
+		set.Version != 1 || set.Base["detachment.mode"] != "observe" || len(set.Runners) != 2 {
+		t.Errorf("config set -o json: %+v (%v), want version 1 with the base and both runners", set, err)
+	}
 	waitUntil(t, "both runners in observe mode on config version 1", 20*time.Second, func() bool {
 		rep = getStatus(t, c)
 		for _, r := range rep.Runners {
@@ -89,7 +94,9 @@ func TestRunnersEndToEnd(t *testing.T) {
 	if tk.Status != task.Completed || string(tk.Result) != `"after"` {
 		t.Errorf("after drain: %s %s", tk.Status, tk.Result)
 	}
-	if out := c.mustRun(Drain, "r1", "--wait", "5s"); !strings.Contains(out, "owns no shards") {
-		t.Errorf("second drain:\n%s", out)
+	var dr DrainReport
+	if err := json.Unmarshal([]byte(c.mustRun(Drain, "r1", "--wait", "5s", "-o", "json")), &dr); err != nil ||
+		dr.Runner != "r1" || !dr.Drained || dr.ShardsMoved != 0 || dr.ShardsLeft == nil || len(dr.ShardsLeft) != 0 {
+		t.Errorf("second drain -o json: %+v (%v), want r1 drained, nothing moved or left", dr, err)
 	}
 }

@@ -5,29 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenurehq/tenure/entity/state"
 	"github.com/tenurehq/tenure/entity/task"
-	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
 
-const entityUsage = `usage: tenure entity state <command> TYPE ID [flags]
-
-commands:
-  state get TYPE ID      show an entity's durable state
-  state delete TYPE ID   delete an entity's durable state (--yes)
-`
-
-const stateGetUsage = `usage: tenure entity state get TYPE ID [--group G] [--json]
-
-Prints the durable state of the entity (TYPE, ID), read straight from the
+const stateGetLong = `Prints the durable state of the entity (TYPE, ID), read straight from the
 object store: the state as stored (JSON, pretty-printed), the shard lock
 epoch and the runner of the ownership that last wrote it, its revision, when
 it was saved, how many task results it records (a task retried after its
@@ -38,38 +28,59 @@ the reason, after printing its raw bytes (abbreviated), so that an operator
 can repair it: ` + "`tenure entity state delete`" + ` removes it.
 `
 
-const stateDeleteUsage = `usage: tenure entity state delete TYPE ID --yes [--group G]
-
-Deletes the durable state object of the entity (TYPE, ID): the repair of a
+const stateDeleteLong = `Deletes the durable state object of the entity (TYPE, ID): the repair of a
 corrupt object, or a reset. The entity's next activation starts from no
 state (its type's zero value). An instance still live on its shard's owner
 keeps its state in memory, but its next save is refused as fenced (the
 object it read is gone): the instance is discarded and the next turn
 reloads, from no state. Without --yes, prints what it would delete and
-fails.
+fails. -o json prints {"key", "type", "id", "size", "deleted"}.
 `
 
 // rawShown bounds the bytes of a corrupt object that get prints.
 const rawShown = 2048
 
-// Entity runs `tenure entity <command>`.
-func Entity(ctx context.Context, cli *CLI, args []string) error {
-	if len(args) > 0 && args[0] == "state" {
-		args = args[1:]
-		if len(args) > 0 {
-			switch args[0] {
-			case "get":
-				return stateGet(ctx, cli, args[1:])
-			case "delete":
-				return stateDelete(ctx, cli, args[1:])
-			}
-		}
+func newEntityCmd(cli *CLI) *cobra.Command {
+	var shardGroup string
+	get := &cobra.Command{
+		Use:   "get TYPE ID",
+		Short: "show an entity's durable state",
+		Long:  stateGetLong,
+		Args:  typeAndID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return stateGet(cmd.Context(), cli, args, shardGroup, cli.wantJSON(cmd))
+		},
 	}
-	fmt.Fprint(cli.Stderr, entityUsage)
-	if len(args) > 0 && isHelp(args[0]) {
-		return flag.ErrHelp
+	addJSONAlias(get)
+	var yes bool
+	del := &cobra.Command{
+		Use:   "delete TYPE ID --yes",
+		Short: "delete an entity's durable state",
+		Long:  stateDeleteLong,
+		Args:  typeAndID,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return stateDelete(cmd.Context(), cli, args, shardGroup, yes, cli.wantJSON(cmd))
+		},
 	}
-	return errors.New("want `entity state get TYPE ID` or `entity state delete TYPE ID`")
+	del.Flags().BoolVar(&yes, "yes", false, "delete: without it, only say what would be deleted")
+	for _, c := range []*cobra.Command{get, del} {
+		c.Flags().StringVar(&shardGroup, "group", "", "shard group (default: \"default\", else the cluster's first)")
+	}
+	st := group("state", "inspect and repair an entity's durable state", "", get, del)
+	return group("entity", "inspect and repair an entity's durable state (state get|delete TYPE ID)", "", st)
+}
+
+// typeAndID checks the TYPE ID arguments of the state commands.
+func typeAndID(_ *cobra.Command, args []string) error {
+	switch {
+	case len(args) < 2:
+		return usagef("needs TYPE and ID")
+	case len(args) > 2:
+		return usagef("unexpected argument %q after ID %q", args[2], args[1])
+	case args[1] == "":
+		return usagef("ID must not be empty: state belongs to an entity")
+	}
+	return nil
 }
 
 // stateTarget is the entity a state command names, located in the cluster.
@@ -84,13 +95,7 @@ type stateTarget struct {
 
 // openState parses TYPE ID, connects and locates the entity's shard by the
 // cluster meta, as the runners do.
-func openState(ctx context.Context, cli *CLI, name string, pos []string, group string) (*stateTarget, error) {
-	switch {
-	case len(pos) < 2:
-		return nil, fmt.Errorf("state %s: needs TYPE and ID (see tenure entity state %s --help)", name, name)
-	case len(pos) > 2:
-		return nil, fmt.Errorf("state %s: unexpected argument %q after ID %q", name, pos[2], pos[1])
-	}
+func openState(ctx context.Context, cli *CLI, pos []string, group string) (*stateTarget, error) {
 	typ, id := pos[0], pos[1]
 	if err := task.ValidateType(typ); err != nil {
 		return nil, err
@@ -98,20 +103,9 @@ func openState(ctx context.Context, cli *CLI, name string, pos []string, group s
 	if err := task.ValidateEntity(id); err != nil {
 		return nil, err
 	}
-	if id == "" {
-		return nil, fmt.Errorf("state %s: ID must not be empty: state belongs to an entity", name)
-	}
-	cfg, err := cli.LoadConfig(nil)
+	conn, err := connectCLI(ctx, cli, group)
 	if err != nil {
-		return nil, flatten(err)
-	}
-	var opts []runner.ClientOption
-	if group != "" {
-		opts = append(opts, runner.WithGroup(group))
-	}
-	conn, err := cli.Connect(ctx, cfg, opts...)
-	if err != nil {
-		return nil, flatten(err)
+		return nil, err
 	}
 	shard := task.ShardOf(conn.Group, conn.Meta.Shards, typ, id, "")
 	return &stateTarget{conn: conn, store: state.NewStore(conn.Objects), shard: shard, typ: typ, id: id,
@@ -139,15 +133,8 @@ type corruptJSON struct {
 	Raw   string `json:"raw"` // the first rawShown bytes
 }
 
-func stateGet(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "entity state get", stateGetUsage)
-	group := fs.String("group", "", "shard group (default: \"default\", else the cluster's first)")
-	asJSON := fs.Bool("json", false, "print the stored envelope as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	t, err := openState(ctx, cli, "get", pos, *group)
+func stateGet(ctx context.Context, cli *CLI, args []string, group string, asJSON bool) error {
+	t, err := openState(ctx, cli, args, group)
 	if err != nil {
 		return err
 	}
@@ -157,11 +144,11 @@ func stateGet(ctx context.Context, cli *CLI, args []string) error {
 	case errors.Is(err, state.ErrNotFound):
 		return t.noState()
 	case errors.Is(err, state.ErrCorrupt):
-		return t.printCorrupt(ctx, cli, err, *asJSON)
+		return t.printCorrupt(ctx, cli, err, asJSON)
 	case err != nil:
 		return fmt.Errorf("%s %s: read %s: %w", t.typ, t.id, t.key, err)
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(cli.Stdout, stateJSON{Key: t.key, ETag: etag, AppliedCount: len(env.Applied), Envelope: env})
 	}
 	tw := tabwriter.NewWriter(cli.Stdout, 0, 0, 2, ' ', 0)
@@ -216,15 +203,17 @@ func (t *stateTarget) printCorrupt(ctx context.Context, cli *CLI, cause error, a
 	return cause
 }
 
-func stateDelete(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "entity state delete", stateDeleteUsage)
-	group := fs.String("group", "", "shard group (default: \"default\", else the cluster's first)")
-	yes := fs.Bool("yes", false, "delete: without it, only say what would be deleted")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	t, err := openState(ctx, cli, "delete", pos, *group)
+// stateDeleteJSON is what `tenure entity state delete -o json` prints.
+type stateDeleteJSON struct {
+	Key     string `json:"key"`
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Size    int    `json:"size"`    // of the object, in bytes
+	Deleted bool   `json:"deleted"` // false without --yes
+}
+
+func stateDelete(ctx context.Context, cli *CLI, args []string, group string, yes, asJSON bool) error {
+	t, err := openState(ctx, cli, args, group)
 	if err != nil {
 		return err
 	}
@@ -240,18 +229,22 @@ func stateDelete(ctx context.Context, cli *CLI, args []string) error {
 	case err != nil:
 		return fmt.Errorf("%s %s: read %s: %w", t.typ, t.id, t.key, err)
 	}
-	if !*yes {
-		fmt.Fprintf(cli.Stdout, "would delete %s (%d bytes), the state of %s %s\n", t.key, len(obj.Body), t.typ, t.id)
-		return errors.New("state delete: pass --yes to delete")
+	out := stateDeleteJSON{Key: t.key, Type: t.typ, ID: t.id, Size: len(obj.Body)}
+	if !yes {
+		if asJSON {
+			writeJSON(cli.Stdout, out)
+		} else {
+			fmt.Fprintf(cli.Stdout, "would delete %s (%d bytes), the state of %s %s\n", t.key, len(obj.Body), t.typ, t.id)
+		}
+		return errors.New("pass --yes to delete")
 	}
 	if err := t.store.Delete(ctx, t.shard, t.typ, t.id); err != nil {
 		return fmt.Errorf("%s %s: delete %s: %w", t.typ, t.id, t.key, err)
 	}
+	if asJSON {
+		out.Deleted = true
+		return writeJSON(cli.Stdout, out)
+	}
 	_, err = fmt.Fprintf(cli.Stdout, "deleted %s: %s %s starts from no state at its next activation\n", t.key, t.typ, t.id)
 	return err
-}
-
-// isHelp reports a help argument.
-func isHelp(a string) bool {
-	return strings.TrimLeft(a, "-") == "help" || a == "-h"
 }

@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/storage"
 )
 
-const purgeUsage = `usage: tenure task purge --before TIME [--status S]... [--dry-run] [--json]
-
-Deletes the finished tasks (completed, failed or cancelled) that finished
+const purgeLong = `Deletes the finished tasks (completed, failed or cancelled) that finished
 before TIME, in every shard of every group, straight from the object store:
 no runner needs to be running. It applies the rule the runners' retention
 sweep (entity.task_retention) applies: pending and running tasks are never
@@ -40,26 +40,40 @@ TIME, one DELETE per task deleted (and one PUT per failed or cancelled one).
 // task.DefaultPurgeConcurrency objects at a time.
 const purgeShardsAtOnce = 4
 
-// taskPurge runs `tenure task purge`.
-func taskPurge(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "task purge", purgeUsage)
-	var before beforeFlag
+func newPurgeCmd(cli *CLI) *cobra.Command {
+	var (
+		before   beforeFlag
+		statuses statusesFlag
+		dryRun   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge --before TIME",
+		Short: "delete finished tasks",
+		Long:  purgeLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q (give the cutoff with --before)", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !before.set {
+				return usagef("--before TIME is required: an RFC 3339 time, or an age such as 72h or 30d")
+			}
+			return taskPurge(cmd.Context(), cli, before, statuses.list, dryRun, cli.wantJSON(cmd))
+		},
+	}
+	fs := cmd.Flags()
 	fs.Var(&before, "before", "delete tasks that finished before `TIME` (RFC 3339, or an age: 72h, 30d)")
-	var statuses statusesFlag
 	fs.Var(&statuses, "status", "only tasks in `S`: completed, failed or cancelled (repeat, or comma-separate; default all three)")
-	dryRun := fs.Bool("dry-run", false, "count what would be deleted; delete nothing")
-	asJSON := fs.Bool("json", false, "print the counts as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("purge: unexpected argument %q (give the cutoff with --before)", pos[0])
-	case !before.set:
-		return errors.New("purge: --before TIME is required: an RFC 3339 time, or an age such as 72h or 30d")
-	}
-	conn, err := connectCLI(ctx, cli)
+	fs.BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	addJSONAlias(cmd)
+	return cmd
+}
+
+// taskPurge runs `tenure task purge`.
+func taskPurge(ctx context.Context, cli *CLI, before beforeFlag, statuses []task.Status, dryRun, asJSON bool) error {
+	conn, err := connectCLI(ctx, cli, "")
 	if err != nil {
 		return err
 	}
@@ -81,9 +95,9 @@ func taskPurge(ctx context.Context, cli *CLI, args []string) error {
 			shards = append(shards, storage.ShardID{Group: g, Index: i})
 		}
 	}
-	total, err := purgeShards(ctx, store, shards, task.PurgeOptions{Before: cutoff, Statuses: statuses.list, DryRun: *dryRun})
-	rep := newPurgeReport(total, cutoff, statuses.list, *dryRun, len(shards))
-	if *asJSON {
+	total, err := purgeShards(ctx, store, shards, task.PurgeOptions{Before: cutoff, Statuses: statuses, DryRun: dryRun})
+	rep := newPurgeReport(total, cutoff, statuses, dryRun, len(shards))
+	if asJSON {
 		if werr := writeJSON(cli.Stdout, rep); err == nil {
 			err = werr
 		}
@@ -213,6 +227,9 @@ func (f *beforeFlag) String() string {
 	return f.age.String()
 }
 
+// Type names the value in help.
+func (f *beforeFlag) Type() string { return "time" }
+
 func (f *beforeFlag) Set(s string) error {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		*f = beforeFlag{set: true, absolute: true, at: t}
@@ -249,6 +266,9 @@ func (f *statusesFlag) String() string {
 	}
 	return strings.Join(names, ",")
 }
+
+// Type names the value in help.
+func (f *statusesFlag) Type() string { return "statuses" }
 
 func (f *statusesFlag) Set(s string) error {
 	for _, part := range strings.Split(s, ",") {

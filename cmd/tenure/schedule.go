@@ -2,81 +2,67 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenurehq/tenure/entity/schedule"
-	"github.com/tenurehq/tenure/runner"
 )
 
-const scheduleUsage = `usage: tenure schedule <command> [flags]
-
-commands:
-  create NAME --cron EXPR [--tz ZONE] TYPE [--entity ID] [--input JSON] [--catch-up skip|once]
-                create a schedule firing a task of TYPE at every tick
-  list          list the schedules of the group
-  get NAME      show a schedule and its next tick
-  pause NAME    stop firing (the pending tick fires nothing)
-  resume NAME   fire again from the next tick
-  delete NAME   delete a schedule
-
-EXPR has 5 fields (minute hour day-of-month month day-of-week), 6 with
+const scheduleLong = `EXPR has 5 fields (minute hour day-of-month month day-of-week), 6 with
 leading seconds, or is a descriptor: @hourly, @daily, @every 30s. ZONE is
 an IANA zone (default UTC). Each tick fires exactly one task, with the id
 cron-NAME-GENERATION-UNIXSECONDS. Ticks the cluster reaches more than 2s
 late (a failover) are missed: --catch-up once fires the latest of them,
-late; skip (the default) fires none. Every command takes --json and --group.
+late; skip (the default) fires none. Every command takes -o json and --group.
 `
 
-// Schedule runs `tenure schedule <command>`.
-func Schedule(ctx context.Context, cli *CLI, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(cli.Stderr, scheduleUsage)
-		return errors.New("missing command (create, list, get, pause, resume or delete)")
+func newScheduleCmd(cli *CLI) *cobra.Command {
+	named := func(name, short string) *cobra.Command {
+		var group string
+		c := &cobra.Command{
+			Use:   name + " NAME",
+			Short: short,
+			Args: func(_ *cobra.Command, args []string) error {
+				switch {
+				case len(args) == 0:
+					return usagef("missing NAME")
+				case len(args) > 1:
+					return usagef("unexpected argument %q after NAME", args[1])
+				}
+				return nil
+			},
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return scheduleNamed(cmd.Context(), cli, name, args[0], group, cli.wantJSON(cmd))
+			},
+		}
+		addScheduleFlags(c, &group)
+		return c
 	}
-	switch args[0] {
-	case "-h", "--help", "-help", "help":
-		fmt.Fprint(cli.Stderr, scheduleUsage)
-		return flag.ErrHelp
-	case "create":
-		return scheduleCreate(ctx, cli, args[1:])
-	case "list":
-		return scheduleList(ctx, cli, args[1:])
-	case "get", "pause", "resume", "delete":
-		return scheduleNamed(ctx, cli, args[0], args[1:])
-	}
-	return fmt.Errorf("unknown command %q (create, list, get, pause, resume or delete)", args[0])
+	return group("schedule", "create, list, get, pause, resume and delete cron schedules", scheduleLong,
+		newScheduleCreateCmd(cli),
+		newScheduleListCmd(cli),
+		named("get", "show a schedule and its next tick"),
+		named("pause", "stop firing (the pending tick fires nothing)"),
+		named("resume", "fire again from the next tick"),
+		named("delete", "delete a schedule"),
+	)
 }
 
-// scheduleFlags are the flags every schedule command takes.
-type scheduleFlags struct {
-	group  *string
-	asJSON *bool
-}
-
-func addScheduleFlags(fs *flag.FlagSet) scheduleFlags {
-	return scheduleFlags{
-		group:  fs.String("group", "", "shard group (default: \"default\", else the cluster's first)"),
-		asJSON: fs.Bool("json", false, "print as JSON"),
-	}
+// addScheduleFlags adds the flags every schedule command takes: --group
+// and the --json alias.
+func addScheduleFlags(c *cobra.Command, group *string) {
+	c.Flags().StringVar(group, "group", "", "shard group (default: \"default\", else the cluster's first)")
+	addJSONAlias(c)
 }
 
 // connectSchedules connects and returns the schedule client of the group.
 func connectSchedules(ctx context.Context, cli *CLI, group string) (*Conn, *schedule.Client, error) {
-	cfg, err := cli.LoadConfig(nil)
+	conn, err := connectCLI(ctx, cli, group)
 	if err != nil {
-		return nil, nil, flatten(err)
-	}
-	var opts []runner.ClientOption
-	if group != "" {
-		opts = append(opts, runner.WithGroup(group))
-	}
-	conn, err := cli.Connect(ctx, cfg, opts...)
-	if err != nil {
-		return nil, nil, flatten(err)
+		return nil, nil, err
 	}
 	sc, err := conn.client.Schedules()
 	if err != nil {
@@ -86,37 +72,58 @@ func connectSchedules(ctx context.Context, cli *CLI, group string) (*Conn, *sche
 	return conn, sc, nil
 }
 
-func scheduleCreate(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "schedule create", scheduleUsage)
-	f := addScheduleFlags(fs)
-	expr := fs.String("cron", "", "cron `EXPR` (required)")
-	tz := fs.String("tz", "", "IANA time `ZONE` the expression is read in (default UTC)")
-	entityID := fs.String("entity", "", "entity id the fired tasks are addressed to")
-	input := fs.String("input", "", "input of the fired tasks: `JSON`, or @FILE")
-	catchUp := fs.String("catch-up", "skip", "missed ticks: skip, or once (fire the first one late)")
-	pos, err := parseArgs(fs, args)
+// createFlags are the flags of `tenure schedule create`.
+type createFlags struct {
+	group, cron, tz, entity, input, catchUp string
+}
+
+func newScheduleCreateCmd(cli *CLI) *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME --cron EXPR TYPE",
+		Short: "create a schedule firing a task of TYPE at every tick",
+		Long:  scheduleLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) < 2:
+				return usagef("want NAME and TYPE (tenure schedule create NAME --cron EXPR TYPE)")
+			case len(args) > 2:
+				return usagef("unexpected argument %q after TYPE %q (quote the cron expression: --cron '0 3 * * *')", args[2], args[1])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.cron == "" {
+				return usagef("missing --cron EXPR")
+			}
+			return scheduleCreate(cmd.Context(), cli, args, f, cli.wantJSON(cmd))
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.cron, "cron", "", "cron `EXPR` (required)")
+	fs.StringVar(&f.tz, "tz", "", "IANA time `ZONE` the expression is read in (default UTC)")
+	fs.StringVar(&f.entity, "entity", "", "entity id the fired tasks are addressed to")
+	fs.StringVar(&f.input, "input", "", "input of the fired tasks: `JSON`, or @FILE")
+	fs.StringVar(&f.catchUp, "catch-up", "skip", "missed ticks: skip, or once (fire the first one late)")
+	addScheduleFlags(cmd, &f.group)
+	return cmd
+}
+
+func scheduleCreate(ctx context.Context, cli *CLI, pos []string, f createFlags, asJSON bool) error {
+	in, err := readInput(f.input)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) < 2:
-		return errors.New("create: want NAME and TYPE (tenure schedule create NAME --cron EXPR TYPE)")
-	case len(pos) > 2:
-		return fmt.Errorf("create: unexpected argument %q after TYPE %q (quote the cron expression: --cron '0 3 * * *')", pos[2], pos[1])
-	case *expr == "":
-		return errors.New("create: missing --cron EXPR")
-	}
-	in, err := readInput(*input)
-	if err != nil {
-		return err
-	}
-	sp := schedule.Spec{Name: pos[0], Cron: *expr, TZ: *tz, Type: pos[1], Entity: *entityID, Input: in, CatchUp: schedule.CatchUp(*catchUp)}
-	conn, sc, err := connectSchedules(ctx, cli, *f.group)
+	sp := schedule.Spec{Name: pos[0], Cron: f.cron, TZ: f.tz, Type: pos[1], Entity: f.entity, Input: in, CatchUp: schedule.CatchUp(f.catchUp)}
+	conn, sc, err := connectSchedules(ctx, cli, f.group)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	adm := newAdmin(cli)
+	adm, err := newAdmin(cli, conn.Config)
+	if err != nil {
+		return err
+	}
 	defer adm.close()
 	if w := typeWarning(ctx, conn, adm, sp.Type); w != "" {
 		fmt.Fprintln(cli.Stderr, "warning: "+w)
@@ -125,66 +132,64 @@ func scheduleCreate(ctx context.Context, cli *CLI, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printSchedules(cli, *f.asJSON, false, s)
+	return printSchedules(cli, asJSON, false, s)
 }
 
-func scheduleList(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "schedule list", "usage: tenure schedule list [--limit N] [--after KEY] [--json]\n\nLists the schedules of the group, in key order.\n")
-	f := addScheduleFlags(fs)
-	limit := fs.Int("limit", 0, "show at most `N` schedules (default: all)")
-	after := fs.String("after", "", "resume a listing after `KEY` (the next key a limited listing prints)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
+func newScheduleListCmd(cli *CLI) *cobra.Command {
+	var (
+		group, after string
+		limit        int
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "list the schedules of the group",
+		Long:  "Lists the schedules of the group, in key order.",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return scheduleList(cmd.Context(), cli, group, limit, after, cli.wantJSON(cmd))
+		},
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("list: unexpected argument %q", pos[0])
-	}
-	conn, sc, err := connectSchedules(ctx, cli, *f.group)
+	cmd.Flags().IntVar(&limit, "limit", 0, "show at most `N` schedules (default: all)")
+	cmd.Flags().StringVar(&after, "after", "", "resume a listing after `KEY` (the next key a limited listing prints)")
+	addScheduleFlags(cmd, &group)
+	return cmd
+}
+
+func scheduleList(ctx context.Context, cli *CLI, group string, limit int, after string, asJSON bool) error {
+	conn, sc, err := connectSchedules(ctx, cli, group)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	var all []*schedule.Schedule
-	cursor := *after
+	cursor := after
 	for {
-		page, next, err := sc.List(ctx, schedule.ListOptions{After: cursor, Limit: *limit})
+		page, next, err := sc.List(ctx, schedule.ListOptions{After: cursor, Limit: limit})
 		if err != nil {
 			return err
 		}
 		all = append(all, page...)
 		cursor = next
-		if next == "" || (*limit > 0 && len(all) >= *limit) {
+		if next == "" || (limit > 0 && len(all) >= limit) {
 			break
 		}
 	}
-	if err := printSchedules(cli, *f.asJSON, true, all...); err != nil {
+	if err := printSchedules(cli, asJSON, true, all...); err != nil {
 		return err
 	}
-	if cursor != "" && !*f.asJSON {
+	if cursor != "" && !asJSON {
 		fmt.Fprintf(cli.Stderr, "more: --after %s\n", cursor)
 	}
 	return nil
 }
 
-func scheduleNamed(ctx context.Context, cli *CLI, name string, args []string) error {
-	fs := newFlags(cli, "schedule "+name, fmt.Sprintf("usage: tenure schedule %s NAME [--json]\n", name))
-	f := addScheduleFlags(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) == 0:
-		return fmt.Errorf("%s: missing NAME", name)
-	case len(pos) > 1:
-		return fmt.Errorf("%s: unexpected argument %q after NAME", name, pos[1])
-	}
-	conn, sc, err := connectSchedules(ctx, cli, *f.group)
+func scheduleNamed(ctx context.Context, cli *CLI, name, schedName, group string, asJSON bool) error {
+	conn, sc, err := connectSchedules(ctx, cli, group)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	pos := []string{schedName}
 	var s *schedule.Schedule
 	switch name {
 	case "get":
@@ -195,7 +200,7 @@ func scheduleNamed(ctx context.Context, cli *CLI, name string, args []string) er
 		s, err = sc.Resume(ctx, pos[0])
 	case "delete":
 		if err = sc.Delete(ctx, pos[0]); err == nil {
-			if *f.asJSON {
+			if asJSON {
 				return writeJSON(cli.Stdout, map[string]any{"deleted": pos[0]})
 			}
 			fmt.Fprintf(cli.Stdout, "deleted schedule %s\n", pos[0])
@@ -205,7 +210,7 @@ func scheduleNamed(ctx context.Context, cli *CLI, name string, args []string) er
 	if err != nil {
 		return err
 	}
-	return printSchedules(cli, *f.asJSON, false, s)
+	return printSchedules(cli, asJSON, false, s)
 }
 
 // scheduleJSON is a schedule as --json prints it: the stored fields plus

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,13 +12,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
 
-const statusUsage = `usage: tenure status [--json]
-
-Shows the cluster: its shape (shards per group, groups), the dynamic config
+const statusLong = `Shows the cluster: its shape (shards per group, groups), the dynamic config
 version, every live runner (id, admin address, weight, attached, shards
 owned, lease deadline lag, detachment mode) and how many shards are owned.
 
@@ -28,7 +27,7 @@ authoritative. Attachment, lag and mode come from each runner's admin
 endpoint (GET /debug/status, 1s timeout); an unreachable runner shows them
 as unknown (null in JSON) and is not an error.
 
---json prints one object, stable across versions (fields may be added,
+-o json prints one object, stable across versions (fields may be added,
 none renamed or removed):
 
   {
@@ -61,7 +60,7 @@ none renamed or removed):
   }
 `
 
-// StatusReport is the output of `tenure status --json`. The schema is
+// StatusReport is the output of `tenure status -o json`. The schema is
 // stable: fields may be added, none renamed or removed. Ownership counts
 // come from the shard locks in etcd; the runner fields that only a runner
 // knows (attached, lag, mode) come from its admin endpoint and are null or
@@ -114,33 +113,42 @@ type RunnerReport struct {
 	StatusError   string `json:"status_error,omitempty"`
 }
 
-// Status runs `tenure status`.
-func Status(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "status", statusUsage)
-	asJSON := fs.Bool("json", false, "print the stable JSON report (schema above)")
-	pos, err := parseArgs(fs, args)
+func newStatusCmd(cli *CLI) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "show runners, shard ownership and the config version",
+		Long:  statusLong,
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return status(cmd.Context(), cli, cli.wantJSON(cmd))
+		},
+	}
+	addJSONAlias(cmd)
+	return cmd
+}
+
+// status runs `tenure status`: etcd and the runners' admin endpoints
+// only, so a config without S3 settings does.
+func status(ctx context.Context, cli *CLI, asJSON bool) error {
+	cfg, err := cli.LoadEtcdConfig()
+	if err != nil {
+		return flatten(err)
+	}
+	conn, err := cli.ConnectEtcd(ctx, cfg)
+	if err != nil {
+		return flatten(err)
+	}
+	defer conn.Etcd.Close()
+	adm, err := newAdmin(cli, cfg)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q (see tenure status --help)", pos[0])
-	}
-	cfg, err := cli.LoadConfig(nil)
-	if err != nil {
-		return flatten(err)
-	}
-	conn, err := cli.Connect(ctx, cfg)
-	if err != nil {
-		return flatten(err)
-	}
-	defer conn.Close()
-	adm := newAdmin(cli)
 	defer adm.close()
 	rep, err := gatherStatus(ctx, cli, conn, adm)
 	if err != nil {
 		return flatten(err)
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(cli.Stdout, rep)
 	}
 	printStatus(cli.Stdout, rep)
@@ -149,7 +157,7 @@ func Status(ctx context.Context, cli *CLI, args []string) error {
 
 // gatherStatus reads the cluster's meta, runners, locks and config from
 // etcd and asks every runner for its state.
-func gatherStatus(ctx context.Context, cli *CLI, conn *Conn, adm *admin) (*StatusReport, error) {
+func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*StatusReport, error) {
 	runners, _, err := conn.Etcd.Runners(ctx)
 	if err != nil {
 		if !errors.Is(err, storage.ErrCorrupt) {
@@ -287,14 +295,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// writeJSON prints v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
 }

@@ -3,42 +3,27 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
 
-const taskUsage = `usage: tenure task <command> [flags]
-
-commands:
-  submit TYPE   submit a task (see tenure task submit --help)
-  get REF       show a task
-  list          list tasks [--status S] [--type T] [--limit N]
-  cancel REF    cancel a pending or running task
-  replay REF    run a failed or cancelled task again
-  history REF   show a task's transitions
-  purge         delete finished tasks: --before TIME [--status S] [--dry-run]
-
-REF is the ref submit prints, "group/index/id". Every command takes --json
+const taskLong = `REF is the ref submit prints, "group/index/id". Every command takes -o json
 to print the task (or list, or history) as JSON; every task in it carries
 its "ref".
 
 ` + bareIDHelp
 
-const submitUsage = `usage: tenure task submit TYPE [flags]
-
-Submits a task of type TYPE and prints its ref ("group/index/id"), status
+const submitLong = `Submits a task of type TYPE and prints its ref ("group/index/id"), status
 and attempt. The task is durable once this returns; it runs on the runner
 owning its shard. A warning (not an error) says when no live runner
 reports a handler for TYPE: the task then waits until one does.
@@ -46,100 +31,116 @@ reports a handler for TYPE: the task then waits until one does.
 --input takes JSON, or @FILE to read it from a file. --id makes the submit
 idempotent: the same id, type, entity and input give back the existing task.
 --wait waits until the task is completed, failed or cancelled and prints
-it; the exit status is then 1 unless it completed. --json prints the task
+it; the exit status is then 1 unless it completed. -o json prints the task
 as JSON, with its "ref".
 `
 
-// Task runs `tenure task <command>`.
-func Task(ctx context.Context, cli *CLI, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(cli.Stderr, taskUsage)
-		return errors.New("missing command (submit, get, list, cancel, replay, history or purge)")
-	}
-	defer startTracing(ctx, cli)()
-	switch args[0] {
-	case "-h", "--help", "-help", "help":
-		fmt.Fprint(cli.Stderr, taskUsage)
-		return flag.ErrHelp
-	case "submit":
-		return TaskSubmit(ctx, cli, args[1:])
-	case "get":
-		return taskRef(ctx, cli, "get", args[1:], "Shows the task.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
-			return c.Get(ctx, ref)
-		})
-	case "cancel":
-		return taskRef(ctx, cli, "cancel", args[1:], "Cancels the task: a pending one at once, a running one when its handler\nreturns (its context is cancelled now).", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
-			return c.Cancel(ctx, ref)
-		})
-	case "replay":
-		return taskRef(ctx, cli, "replay", args[1:], "Runs a failed or cancelled task again: pending, due now, attempts reset.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
-			return c.Replay(ctx, ref)
-		})
-	case "history":
-		return taskHistory(ctx, cli, args[1:])
-	case "list":
-		return taskList(ctx, cli, args[1:])
-	case "purge":
-		return taskPurge(ctx, cli, args[1:])
-	}
-	return fmt.Errorf("unknown command %q (submit, get, list, cancel, replay, history or purge)", args[0])
+// refLong is the help of a command taking one task ref.
+func refLong(what string) string {
+	return what + "\n\nREF is the task's ref, group/index/id, as task submit and task list print it.\n" + bareIDHelp
 }
 
-// TaskSubmit runs `tenure task submit`.
-func TaskSubmit(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "task submit", submitUsage)
-	entityID := fs.String("entity", "", "entity id the task is addressed to (its tasks run one at a time, in order)")
-	id := fs.String("id", "", "task id, for an idempotent submit (default: a new UUIDv7)")
-	input := fs.String("input", "", "input: `JSON`, or @FILE")
-	var delay, timeout durationFlag
-	fs.Var(&delay, "delay", "run no sooner than `D` from now (e.g. 30s)")
-	fs.Var(&timeout, "timeout", "bound one attempt to `D` (default 5m)")
-	maxAttempts := fs.Int("max-attempts", 0, "attempts before the task fails (default 5)")
-	group := fs.String("group", "", "shard group (default: \"default\", else the cluster's first)")
-	wait := fs.Bool("wait", false, "wait until the task is completed, failed or cancelled")
-	asJSON := fs.Bool("json", false, "print the task as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
+func newTaskCmd(cli *CLI) *cobra.Command {
+	refOp := func(name, short, what string, op func(context.Context, *task.Client, string) (*task.Task, error)) *cobra.Command {
+		c := &cobra.Command{
+			Use:   name + " REF",
+			Short: short,
+			Long:  refLong(what),
+			Args:  oneRef(name),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return taskRef(cmd.Context(), cli, name, args[0], cli.wantJSON(cmd), op)
+			},
+		}
+		addJSONAlias(c)
+		return c
 	}
-	switch {
-	case len(pos) == 0:
-		return errors.New("submit: missing TYPE (see tenure task submit --help)")
-	case len(pos) > 1:
-		return fmt.Errorf("submit: unexpected argument %q after TYPE %q (flags take one value: quote JSON input)", pos[1], pos[0])
-	case *maxAttempts < 0:
-		return fmt.Errorf("submit: --max-attempts %d: must not be negative", *maxAttempts)
+	return group("task", "submit, get, list, cancel, replay and inspect tasks", taskLong,
+		newSubmitCmd(cli),
+		refOp("get", "show a task", "Shows the task.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
+			return c.Get(ctx, ref)
+		}),
+		newListCmd(cli),
+		refOp("cancel", "cancel a pending or running task", "Cancels the task: a pending one at once, a running one when its handler\nreturns (its context is cancelled now).", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
+			return c.Cancel(ctx, ref)
+		}),
+		refOp("replay", "run a failed or cancelled task again", "Runs a failed or cancelled task again: pending, due now, attempts reset.", func(ctx context.Context, c *task.Client, ref string) (*task.Task, error) {
+			return c.Replay(ctx, ref)
+		}),
+		newHistoryCmd(cli),
+		newPurgeCmd(cli),
+	)
+}
+
+// submitFlags are the flags of `tenure task submit`.
+type submitFlags struct {
+	entity, id, input, group string
+	delay, timeout           durationFlag
+	maxAttempts              int
+	wait                     bool
+}
+
+func newSubmitCmd(cli *CLI) *cobra.Command {
+	var f submitFlags
+	cmd := &cobra.Command{
+		Use:   "submit TYPE",
+		Short: "submit a task",
+		Long:  submitLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return usagef("missing TYPE")
+			case len(args) > 1:
+				return usagef("unexpected argument %q after TYPE %q (flags take one value: quote JSON input)", args[1], args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return taskSubmit(cmd.Context(), cli, args[0], f, cli.wantJSON(cmd))
+		},
 	}
-	typ := pos[0]
+	fs := cmd.Flags()
+	fs.StringVar(&f.entity, "entity", "", "entity id the task is addressed to (its tasks run one at a time, in order)")
+	fs.StringVar(&f.id, "id", "", "task id, for an idempotent submit (default: a new UUIDv7)")
+	fs.StringVar(&f.input, "input", "", "input: `JSON`, or @FILE")
+	fs.Var(&f.delay, "delay", "run no sooner than `D` from now (e.g. 30s)")
+	fs.Var(&f.timeout, "timeout", "bound one attempt to `D` (default 5m)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before the task fails (default 5)")
+	fs.StringVar(&f.group, "group", "", "shard group (default: \"default\", else the cluster's first)")
+	fs.BoolVar(&f.wait, "wait", false, "wait until the task is completed, failed or cancelled")
+	addJSONAlias(cmd)
+	return cmd
+}
+
+// taskSubmit runs `tenure task submit`.
+func taskSubmit(ctx context.Context, cli *CLI, typ string, f submitFlags, asJSON bool) error {
+	if f.maxAttempts < 0 {
+		return usagef("--max-attempts %d: must not be negative", f.maxAttempts)
+	}
 	if err := task.ValidateType(typ); err != nil {
 		return err
 	}
-	in, err := readInput(*input)
+	defer startTracing(ctx, cli)()
+	in, err := readInput(f.input)
 	if err != nil {
 		return err
 	}
-	cfg, err := cli.LoadConfig(nil)
+	conn, err := connectCLI(ctx, cli, f.group)
 	if err != nil {
-		return flatten(err)
-	}
-	var opts []runner.ClientOption
-	if *group != "" {
-		opts = append(opts, runner.WithGroup(*group))
-	}
-	conn, err := cli.Connect(ctx, cfg, opts...)
-	if err != nil {
-		return flatten(err)
+		return err
 	}
 	defer conn.Close()
-	adm := newAdmin(cli)
+	adm, err := newAdmin(cli, conn.Config)
+	if err != nil {
+		return err
+	}
 	defer adm.close()
 
 	warning := make(chan string, 1)
 	go func() { warning <- typeWarning(ctx, conn, adm, typ) }()
 	client := conn.Tasks
 	t, created, err := client.Submit(ctx, task.SubmitRequest{
-		ID: *id, Type: typ, Entity: *entityID, Input: in,
-		Delay: delay.d, MaxAttempts: *maxAttempts, Timeout: timeout.d,
+		ID: f.id, Type: typ, Entity: f.entity, Input: in,
+		Delay: f.delay.d, MaxAttempts: f.maxAttempts, Timeout: f.timeout.d,
 	})
 	if w := <-warning; w != "" {
 		fmt.Fprintln(cli.Stderr, "warning: "+w)
@@ -153,18 +154,18 @@ func TaskSubmit(ctx context.Context, cli *CLI, args []string) error {
 	if !created {
 		fmt.Fprintf(cli.Stderr, "task %s already existed with this id and input: not submitted again\n", t.Ref())
 	}
-	if *wait {
+	if f.wait {
 		ref := t.Ref()
 		if t, err = client.Wait(ctx, ref, 250*time.Millisecond); err != nil {
 			return fmt.Errorf("waiting for %s: %w", ref, err)
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		err = writeJSON(cli.Stdout, taskJSON{t})
 	} else {
 		printTask(cli.Stdout, t, false)
 	}
-	if err == nil && *wait && t.Status != task.Completed {
+	if err == nil && f.wait && t.Status != task.Completed {
 		return fmt.Errorf("task %s ended %s", t.Ref(), t.Status)
 	}
 	return err
@@ -237,15 +238,9 @@ func typeWarning(ctx context.Context, conn *Conn, adm *admin, typ string) string
 }
 
 // taskRef runs a command taking one task ref: get, cancel, replay.
-func taskRef(ctx context.Context, cli *CLI, name string, args []string, what string,
+func taskRef(ctx context.Context, cli *CLI, name, arg string, asJSON bool,
 	op func(context.Context, *task.Client, string) (*task.Task, error)) error {
-	fs := newFlags(cli, "task "+name, fmt.Sprintf("usage: tenure task %s REF [--json]\n\n%s\n\nREF is the task's ref, group/index/id, as task submit and task list print it.\n%s", name, what, bareIDHelp))
-	asJSON := fs.Bool("json", false, "print the task as JSON")
-	arg, err := oneRef(fs, name, args)
-	if err != nil {
-		return err
-	}
-	conn, err := connectCLI(ctx, cli)
+	conn, err := connectCLI(ctx, cli, "")
 	if err != nil {
 		return err
 	}
@@ -258,7 +253,7 @@ func taskRef(ctx context.Context, cli *CLI, name string, args []string, what str
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(cli.Stdout, taskJSON{t})
 	}
 	printTask(cli.Stdout, t, name == "get")
@@ -268,44 +263,55 @@ func taskRef(ctx context.Context, cli *CLI, name string, args []string, what str
 	return nil
 }
 
-// oneRef parses the flags of a command taking one task ref and returns it.
-func oneRef(fs *flag.FlagSet, name string, args []string) (string, error) {
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return "", err
-	}
-	switch len(pos) {
-	case 0:
-		return "", fmt.Errorf("%s: missing REF (group/index/id, as task submit prints it)", name)
-	case 1:
-		if strings.Contains(pos[0], "/") {
-			if _, _, err := task.ParseRef(pos[0]); err != nil {
-				return "", err
+// oneRef checks the arguments of a command taking one task ref.
+func oneRef(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		switch len(args) {
+		case 0:
+			return usagef("missing REF (group/index/id, as task submit prints it)")
+		case 1:
+			if strings.Contains(args[0], "/") {
+				if _, _, err := task.ParseRef(args[0]); err != nil {
+					return usageError{err}
+				}
 			}
+			return nil
 		}
-		return pos[0], nil
+		return usagef("unexpected argument %q after REF", args[1])
 	}
-	return "", fmt.Errorf("%s: unexpected argument %q after REF", name, pos[1])
 }
 
-// connectCLI loads the config and connects: the common start of commands.
-func connectCLI(ctx context.Context, cli *CLI) (*Conn, error) {
+// connectCLI loads the config and connects (to the shard group group, ""
+// for the default): the common start of commands.
+func connectCLI(ctx context.Context, cli *CLI, group string) (*Conn, error) {
 	cfg, err := cli.LoadConfig(nil)
 	if err != nil {
 		return nil, flatten(err)
 	}
-	conn, err := cli.Connect(ctx, cfg)
+	var opts []runner.ClientOption
+	if group != "" {
+		opts = append(opts, runner.WithGroup(group))
+	}
+	conn, err := cli.Connect(ctx, cfg, opts...)
 	return conn, flatten(err)
 }
 
-func taskHistory(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "task history", "usage: tenure task history REF [--json]\n\nShows the task's transitions, oldest first (the task keeps the newest ones).\n\nREF is the task's ref, group/index/id, as task submit and task list print it.\n"+bareIDHelp)
-	asJSON := fs.Bool("json", false, `print {"ref", "history": [...], "history_dropped"} as JSON`)
-	arg, err := oneRef(fs, "history", args)
-	if err != nil {
-		return err
+func newHistoryCmd(cli *CLI) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "history REF",
+		Short: "show a task's transitions",
+		Long:  refLong("Shows the task's transitions, oldest first (the task keeps the newest ones).\n-o json prints {\"ref\", \"history\": [...], \"history_dropped\"}."),
+		Args:  oneRef("history"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return taskHistory(cmd.Context(), cli, args[0], cli.wantJSON(cmd))
+		},
 	}
-	conn, err := connectCLI(ctx, cli)
+	addJSONAlias(cmd)
+	return cmd
+}
+
+func taskHistory(ctx context.Context, cli *CLI, arg string, asJSON bool) error {
+	conn, err := connectCLI(ctx, cli, "")
 	if err != nil {
 		return err
 	}
@@ -318,7 +324,7 @@ func taskHistory(ctx context.Context, cli *CLI, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(cli.Stdout, struct {
 			Ref            string            `json:"ref"`
 			History        []task.Transition `json:"history"`
@@ -341,48 +347,64 @@ func taskHistory(ctx context.Context, cli *CLI, args []string) error {
 // a huge bucket; the next cursor resumes.
 const listPages = 10
 
-func taskList(ctx context.Context, cli *CLI, args []string) error {
-	fs := newFlags(cli, "task list", "usage: tenure task list [--status S] [--type T] [--limit N] [--after CURSOR] [--json]\n\nLists tasks in key order (shard by shard), reading at most 10000 task objects;\nwhen more remain it prints the --after cursor that resumes.\n")
-	status := fs.String("status", "", "only tasks in this status: pending, running, completed, failed or cancelled")
-	typ := fs.String("type", "", "only tasks of this type")
-	limit := fs.Int("limit", 50, "at most this many tasks (1–1000)")
-	after := fs.String("after", "", "resume after this cursor (printed by a previous list)")
-	asJSON := fs.Bool("json", false, `print {"tasks": [...], "next": CURSOR} as JSON`)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
+// listFlags are the flags of `tenure task list`.
+type listFlags struct {
+	status, typ, after string
+	limit              int
+}
+
+func newListCmd(cli *CLI) *cobra.Command {
+	var f listFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "list tasks",
+		Long: `Lists tasks in key order (shard by shard), reading at most 10000 task objects;
+when more remain it prints the --after cursor that resumes. -o json prints
+{"tasks": [...], "next": CURSOR}.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return taskList(cmd.Context(), cli, f, cli.wantJSON(cmd))
+		},
 	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.status, "status", "", "only tasks in this status: pending, running, completed, failed or cancelled")
+	fs.StringVar(&f.typ, "type", "", "only tasks of this type")
+	fs.IntVar(&f.limit, "limit", 50, "at most this many tasks (1–1000)")
+	fs.StringVar(&f.after, "after", "", "resume after this cursor (printed by a previous list)")
+	addJSONAlias(cmd)
+	return cmd
+}
+
+func taskList(ctx context.Context, cli *CLI, f listFlags, asJSON bool) error {
 	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("list: unexpected argument %q", pos[0])
-	case *status != "" && !task.Status(*status).Valid():
-		return fmt.Errorf("list: --status %q: want pending, running, completed, failed or cancelled", *status)
-	case *limit < 1 || *limit > storage.MaxListLimit:
-		return fmt.Errorf("list: --limit %d: must be in [1, %d]", *limit, storage.MaxListLimit)
+	case f.status != "" && !task.Status(f.status).Valid():
+		return usagef("--status %q: want pending, running, completed, failed or cancelled", f.status)
+	case f.limit < 1 || f.limit > storage.MaxListLimit:
+		return usagef("--limit %d: must be in [1, %d]", f.limit, storage.MaxListLimit)
 	}
-	if *typ != "" {
-		if err := task.ValidateType(*typ); err != nil {
-			return err
+	if f.typ != "" {
+		if err := task.ValidateType(f.typ); err != nil {
+			return usageError{err}
 		}
 	}
-	conn, err := connectCLI(ctx, cli)
+	conn, err := connectCLI(ctx, cli, "")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	var tasks []*task.Task
-	next := *after
+	next := f.after
 	for range listPages {
-		page, n, err := conn.Tasks.List(ctx, task.ListOptions{Status: task.Status(*status), Type: *typ, Limit: *limit - len(tasks), After: next})
+		page, n, err := conn.Tasks.List(ctx, task.ListOptions{Status: task.Status(f.status), Type: f.typ, Limit: f.limit - len(tasks), After: next})
 		if err != nil {
 			return err
 		}
 		tasks, next = append(tasks, page...), n
-		if next == "" || len(tasks) >= *limit {
+		if next == "" || len(tasks) >= f.limit {
 			break
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		out := make([]taskJSON, len(tasks))
 		for i, t := range tasks {
 			out[i] = taskJSON{t}
@@ -407,75 +429,4 @@ func taskList(ctx context.Context, cli *CLI, args []string) error {
 		fmt.Fprintf(cli.Stdout, "more: tenure task list --after %s\n", next)
 	}
 	return nil
-}
-
-// taskJSON is a task as the CLI prints it in JSON: the stored task's
-// fields with its "ref" (group/index/id) first, the handle every command
-// takes.
-type taskJSON struct{ t *task.Task }
-
-// MarshalJSON encodes the task with "ref" in front.
-func (j taskJSON) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(j.t)
-	if err != nil {
-		return nil, err
-	}
-	ref, err := json.Marshal(j.t.Ref())
-	if err != nil {
-		return nil, err
-	}
-	out := append([]byte(`{"ref":`), ref...)
-	if rest := b[1:]; len(rest) > 1 { // b is an object: "{" fields "}"
-		out = append(out, ',')
-	}
-	return append(out, b[1:]...), nil
-}
-
-// printTask prints a task for people: the essentials, and with more the
-// times, claim and input too.
-func printTask(w io.Writer, t *task.Task, more bool) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	row("ref", t.Ref())
-	row("type", t.Type)
-	if t.Entity != "" {
-		row("entity", strconv.Quote(t.Entity))
-	}
-	status := string(t.Status)
-	if t.CancelRequested && t.Status == task.Running {
-		status += " (cancel requested)"
-	}
-	row("status", status)
-	row("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
-	if t.Status == task.Pending && t.AvailableAt.After(t.CreatedAt.Add(time.Millisecond)) { // not just the rounding to ms
-		row("due", t.AvailableAt.UTC().Format(time.RFC3339Nano))
-	}
-	if more {
-		if len(t.Input) > 0 {
-			row("input", abbrev(string(t.Input), 2000))
-		}
-		row("created", t.CreatedAt.UTC().Format(time.RFC3339Nano))
-		row("updated", t.UpdatedAt.UTC().Format(time.RFC3339Nano))
-		row("timeout", t.Timeout.String())
-		if c := t.Claim; c != nil {
-			row("claim", fmt.Sprintf("runner %s, epoch %d, lease until %s", c.RunnerID, c.Epoch, c.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)))
-		}
-		if t.Corrupt != "" || t.CorruptSize > 0 {
-			row("corrupt", fmt.Sprintf("the stored object did not decode (%d bytes kept)", t.CorruptSize))
-		}
-	}
-	if len(t.Result) > 0 {
-		row("result", abbrev(string(t.Result), 2000))
-	}
-	if t.Error != "" {
-		row("error", abbrev(t.Error, 2000))
-	}
-	tw.Flush()
-}
-
-func abbrev(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -168,42 +167,46 @@ func TestBadInput(t *testing.T) {
 		fn   cmdFunc
 		args []string
 		want string
+		code int // the exit status Main gives it: 2 for a usage error
 	}{
-		{"status unknown flag", Status, []string{"--bogus"}, "flag provided but not defined: -bogus"},
-		{"status argument", Status, []string{"extra"}, `unexpected argument "extra"`},
-		{"task no command", Task, nil, "missing command"},
-		{"task unknown command", Task, []string{"frob"}, `unknown command "frob"`},
-		{"submit no type", Task, []string{"submit"}, "missing TYPE"},
-		{"submit bad type", Task, []string{"submit", "bad type"}, "invalid type"},
-		{"submit bad JSON", Task, []string{"submit", "echo", "--input", "{x"}, "--input is not valid JSON"},
-		{"submit unquoted JSON", Task, []string{"submit", "echo", "--input", "{x:", "1}"}, `unexpected argument "1}"`},
-		{"submit missing file", Task, []string{"submit", "echo", "--input", "@/nonexistent/in.json"}, "/nonexistent/in.json"},
-		{"submit bad delay", Task, []string{"submit", "echo", "--delay", "soon"}, `invalid value "soon" for flag -delay: want a duration`},
-		{"submit negative delay", Task, []string{"submit", "echo", "--delay", "-5s"}, "must not be negative"},
-		{"submit bad attempts", Task, []string{"submit", "echo", "--max-attempts", "-1"}, "--max-attempts -1"},
-		{"submit unknown flag", Task, []string{"submit", "echo", "--retries", "3"}, "flag provided but not defined: -retries"},
-		{"get no ref", Task, []string{"get"}, "missing REF"},
-		{"get bad ref", Task, []string{"get", "a/b/c"}, `malformed task ref "a/b/c"`},
-		{"cancel two refs", Task, []string{"cancel", "default/1/a", "default/1/b"}, "unexpected argument"},
-		{"list bad status", Task, []string{"list", "--status", "done"}, `--status "done"`},
-		{"list bad limit", Task, []string{"list", "--limit", "0"}, "--limit 0"},
-		{"config no command", configCommand, nil, "missing command"},
-		{"config set nothing", configCommand, []string{"set"}, "nothing to set"},
-		{"config set unknown key", ConfigSet, []string{"detachment.bogus=1"}, "detachment.bogus cannot change at run time"},
-		{"config set static key", ConfigSet, []string{"lease.ttl=5s"}, "lease.ttl cannot change at run time"},
-		{"config set bad mode", ConfigSet, []string{"detachment.mode=bogus"}, `detachment.mode = "bogus"`},
-		{"config set bad duration", ConfigSet, []string{"detachment.margin=fast"}, `detachment.margin = "fast"`},
-		{"config set rollout 150", ConfigSet, []string{"detachment.mode=observe", "--rollout", "150"}, "--rollout 150"},
-		{"config set not kv", ConfigSet, []string{"detachment.mode"}, "want KEY=VALUE"},
-		{"config set twice", ConfigSet, []string{"detachment.mode=off", "detachment.mode=observe"}, "given twice"},
-		{"config get argument", ConfigGet, []string{"x"}, `unexpected argument "x"`},
-		{"drain no runner", Drain, nil, "missing RUNNER-ID"},
-		{"drain bad wait", Drain, []string{"r1", "--wait", "long"}, `invalid value "long" for flag -wait`},
-		{"drain unknown runner", Drain, []string{"nobody"}, `runner "nobody" is not live`},
+		{"status unknown flag", Status, []string{"--bogus"}, "unknown flag: --bogus", 2},
+		{"status argument", Status, []string{"extra"}, `unexpected argument "extra"`, 2},
+		{"task no command", Task, nil, "missing command", 2},
+		{"task unknown command", Task, []string{"frob"}, `unknown command "frob"`, 2},
+		{"submit no type", Task, []string{"submit"}, "missing TYPE", 2},
+		{"submit bad type", Task, []string{"submit", "bad type"}, "invalid type", 1},
+		{"submit bad JSON", Task, []string{"submit", "echo", "--input", "{x"}, "--input is not valid JSON", 1},
+		{"submit unquoted JSON", Task, []string{"submit", "echo", "--input", "{x:", "1}"}, `unexpected argument "1}"`, 2},
+		{"submit missing file", Task, []string{"submit", "echo", "--input", "@/nonexistent/in.json"}, "/nonexistent/in.json", 1},
+		{"submit bad delay", Task, []string{"submit", "echo", "--delay", "soon"}, `invalid argument "soon" for "--delay" flag: want a duration`, 2},
+		{"submit negative delay", Task, []string{"submit", "echo", "--delay", "-5s"}, "must not be negative", 2},
+		{"submit bad attempts", Task, []string{"submit", "echo", "--max-attempts", "-1"}, "--max-attempts -1", 2},
+		{"submit unknown flag", Task, []string{"submit", "echo", "--retries", "3"}, "unknown flag: --retries", 2},
+		{"get no ref", Task, []string{"get"}, "missing REF", 2},
+		{"get bad ref", Task, []string{"get", "a/b/c"}, `malformed task ref "a/b/c"`, 2},
+		{"cancel two refs", Task, []string{"cancel", "default/1/a", "default/1/b"}, "unexpected argument", 2},
+		{"list bad status", Task, []string{"list", "--status", "done"}, `--status "done"`, 2},
+		{"list bad limit", Task, []string{"list", "--limit", "0"}, "--limit 0", 2},
+		{"config no command", configCommand, nil, "missing command", 2},
+		{"config set nothing", configCommand, []string{"set"}, "nothing to set", 2},
+		{"config set unknown key", ConfigSet, []string{"detachment.bogus=1"}, "detachment.bogus cannot change at run time", 1},
+		{"config set static key", ConfigSet, []string{"lease.ttl=5s"}, "lease.ttl cannot change at run time", 1},
+		{"config set bad mode", ConfigSet, []string{"detachment.mode=bogus"}, `detachment.mode = "bogus"`, 1},
+		{"config set bad duration", ConfigSet, []string{"detachment.margin=fast"}, `detachment.margin = "fast"`, 1},
+		{"config set rollout 150", ConfigSet, []string{"detachment.mode=observe", "--rollout", "150"}, "--rollout 150", 2},
+		{"config set not kv", ConfigSet, []string{"detachment.mode"}, "want KEY=VALUE", 2},
+		{"config set twice", ConfigSet, []string{"detachment.mode=off", "detachment.mode=observe"}, "given twice", 2},
+		{"config get argument", ConfigGet, []string{"x"}, `unexpected argument "x"`, 2},
+		{"drain no runner", Drain, nil, "missing RUNNER-ID", 2},
+		{"drain bad wait", Drain, []string{"r1", "--wait", "long"}, `invalid argument "long" for "--wait" flag`, 2},
+		{"drain unknown runner", Drain, []string{"nobody"}, `runner "nobody" is not live`, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := c.run(tc.fn, tc.args...)
 			assertOneLine(t, tc.name, err, tc.want)
+			if code := exitCode(err); code != tc.code {
+				t.Errorf("%s: exit status %d, want %d (err %v)", tc.name, code, tc.code, err)
+			}
 		})
 	}
 
@@ -213,23 +216,23 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("a refused config set wrote %q (%v)", cv.Value, err)
 	}
 
-	// --help prints the usage and returns flag.ErrHelp, for every command.
+	// --help prints the usage on stdout and succeeds, for every command.
 	for _, tc := range []struct {
 		fn   cmdFunc
 		args []string
 		want string
 	}{
-		{Status, []string{"--help"}, "usage: tenure status"},
-		{Task, []string{"--help"}, "usage: tenure task <command>"},
-		{Task, []string{"submit", "-h"}, "usage: tenure task submit TYPE"},
-		{Task, []string{"list", "--help"}, "usage: tenure task list"},
+		{Status, []string{"--help"}, "Usage:\n  tenure status [flags]"},
+		{Task, []string{"--help"}, "Usage:\n  tenure task <command> [flags]"},
+		{Task, []string{"submit", "-h"}, "Usage:\n  tenure task submit TYPE [flags]"},
+		{Task, []string{"list", "--help"}, "Usage:\n  tenure task list [flags]"},
 		{configCommand, []string{"set", "--help"}, "detachment.recover_window"},
-		{configCommand, []string{"get", "-h"}, "usage: tenure config get"},
-		{Drain, []string{"--help"}, "usage: tenure drain"},
+		{configCommand, []string{"get", "-h"}, "Usage:\n  tenure config get [flags]"},
+		{Drain, []string{"--help"}, "Usage:\n  tenure drain RUNNER-ID [flags]"},
 	} {
-		_, errOut, err := c.run(tc.fn, tc.args...)
-		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut, tc.want) {
-			t.Errorf("%q: err = %v, stderr %q; want flag.ErrHelp and the usage", tc.args, err, errOut)
+		out, errOut, err := c.run(tc.fn, tc.args...)
+		if err != nil || !strings.HasPrefix(out, "Usage:") || !strings.Contains(out, tc.want) || errOut != "" {
+			t.Errorf("%q: err = %v, stdout %q, stderr %q; want no error and the usage on stdout", tc.args, err, out, errOut)
 		}
 	}
 }

@@ -344,8 +344,9 @@ var (
 var fileExtensions = []string{"go", "md", "yaml", "yml", "json", "sh", "txt", "mod", "sum", "pem", "log", "toml"}
 
 // ignoredEnv are TENURE_* variables the documents name on purpose although
-// they set no key: examples of what config loading ignores.
-var ignoredEnv = []string{"TENURE_PORT", "TENURE_SERVICE_HOST"}
+// they set no key: examples of what config loading ignores, and
+// TENURE_CONFIG, which names the CLI's config file.
+var ignoredEnv = []string{"TENURE_PORT", "TENURE_SERVICE_HOST", "TENURE_CONFIG"}
 
 // TestConfigKeysExist: every config key in the documents' code (inline
 // spans and fenced blocks, Go blocks excepted: `g.count` there is a field)
