@@ -22,9 +22,11 @@ build:
 	$(GO) build ./...
 	$(GO) build -o bin/tenure ./cmd/tenure
 
-## test: lint, then every test with the race detector
+## test: lint, then every test with the race detector, the deployment
+## kit's (deploy/, a module of its own for the Kubernetes API types) included
 test: lint
 	$(GO) test $(TEST_FLAGS) ./...
+	cd deploy && $(GO) test $(TEST_FLAGS) ./...
 
 ## lint: go vet, gofmt (any unformatted file fails), and every package
 ## built for Windows and macOS: platform-specific code (process groups,
