@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +34,7 @@ done
 // TestEtcdRole runs deploy/etcd-role.sh with an etcdctl that records its
 // commands, applies them to a real etcd as etcdctl would, turns
 // authentication on, and then: a real runner logged in as the user
-// registers, owns every shard, runs a task submitted through it and stops
+// registers and attaches, runs a task submitted through it and stops
 // cleanly (every etcd call it makes is allowed), while the user is denied
 // keys outside its cluster's prefix.
 func TestEtcdRole(t *testing.T) {
@@ -127,13 +128,13 @@ func applyEtcdctl(ctx context.Context, cli *clientv3.Client, args []string, stdi
 }
 
 // runRestricted runs a runner of the cluster as the etcd user until it is
-// attached and owns every shard, runs one task through it, and stops it.
+// ready, runs one task through it, and stops it.
 func runRestricted(t *testing.T, endpoint, cluster, user, password string) {
 	t.Helper()
 	s3 := testenv.SharedS3(t)
 	ak, sk := s3.Credentials()
 	cfg, err := runner.Load("", nil, []string{
-		"cluster=" + cluster, "runner_id=restricted", "shards=2", "admin_addr=", "log.level=warn", "drain_timeout=5s",
+		"cluster=" + cluster, "runner_id=restricted", "shards=2", "admin_addr=127.0.0.1:0", "log.level=warn", "drain_timeout=5s",
 		"etcd.endpoints=" + endpoint, "etcd.username=" + user, "etcd.password=" + password,
 		"s3.endpoint=" + s3.Endpoint(), "s3.region=" + s3.Region(), "s3.bucket=" + s3.Bucket(t), "s3.path_style=true",
 		"s3.access_key=" + ak, "s3.secret_key=" + sk,
@@ -162,9 +163,19 @@ func runRestricted(t *testing.T, endpoint, cluster, user, password string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, "the runner attached with both shards", 20*time.Second, func() bool {
-		st := r.Status()
-		return st.Attached && st.Owned == 2
+	// Ready as the kubelet sees it: /readyz, registered and attached.
+	hc := &http.Client{Timeout: time.Second}
+	testenv.WaitFor(t, "the runner's /readyz answering 200", 20*time.Second, func() bool {
+		addr := r.AdminAddr()
+		if addr == "" {
+			return false
+		}
+		resp, err := hc.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	})
 
 	tk, _, err := c.Submit(wctx, task.SubmitRequest{Type: "echo", Input: []byte(`{"x":1}`)})

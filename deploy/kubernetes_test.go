@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -38,7 +41,7 @@ const (
 // ConfigMap and Secret template have, and the security settings hold.
 func TestWiring(t *testing.T) {
 	k := loadKit(t)
-	sts := one(t, "StatefulSets", k.statefulSets)
+	sts := one(t, "StatefulSets", all[*appsv1.StatefulSet](k))
 	pod := sts.Spec.Template
 	podLabels := labels.Set(pod.Labels)
 	c := one(t, "containers in the StatefulSet", pod.Spec.Containers)
@@ -56,11 +59,14 @@ func TestWiring(t *testing.T) {
 	if err != nil || sel.Empty() || !sel.Matches(podLabels) {
 		t.Errorf("StatefulSet selector %v does not match the pod labels %v (%v)", sts.Spec.Selector, pod.Labels, err)
 	}
-	headless := k.service(t, sts.Spec.ServiceName)
+	headless := named[*corev1.Service](k, sts.Spec.ServiceName)
+	if headless == nil {
+		t.Fatalf("no Service %q (the StatefulSet's serviceName) in the kit", sts.Spec.ServiceName)
+	}
 	if headless.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("Service %s (the StatefulSet's serviceName) has clusterIP %q, want None", headless.Name, headless.Spec.ClusterIP)
 	}
-	for _, s := range k.services {
+	for _, s := range all[*corev1.Service](k) {
 		if s.Spec.Selector == nil || !labels.SelectorFromSet(s.Spec.Selector).Matches(podLabels) {
 			t.Errorf("Service %s selects %v, not the runner pods %v", s.Name, s.Spec.Selector, pod.Labels)
 		}
@@ -74,7 +80,7 @@ func TestWiring(t *testing.T) {
 			}
 		}
 	}
-	pdb := one(t, "PodDisruptionBudgets", k.pdbs)
+	pdb := one(t, "PodDisruptionBudgets", all[*policyv1.PodDisruptionBudget](k))
 	if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || sel.Empty() || !sel.Matches(podLabels) {
 		t.Errorf("PodDisruptionBudget selector %v does not match the pod labels (%v)", pdb.Spec.Selector, err)
 	}
@@ -82,13 +88,13 @@ func TestWiring(t *testing.T) {
 		t.Errorf("PodDisruptionBudget maxUnavailable %v, want 1", mu)
 	}
 
-	sm := one(t, "ServiceMonitors", k.serviceMonitors)
+	sm := one(t, "ServiceMonitors", all[*monitoringv1.ServiceMonitor](k))
 	smSel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
 	if err != nil || smSel.Empty() {
 		t.Fatalf("ServiceMonitor selector %v: %v", sm.Spec.Selector, err)
 	}
 	var scraped []*corev1.Service
-	for _, s := range k.services {
+	for _, s := range all[*corev1.Service](k) {
 		if smSel.Matches(labels.Set(s.Labels)) {
 			scraped = append(scraped, s)
 		}
@@ -139,7 +145,7 @@ func TestWiring(t *testing.T) {
 	if img := one(t, "images in the base kustomization", k.kustomizations["."].Images); img.Name != c.Image {
 		t.Errorf("kustomization images name %q, the container's image is %q", img.Name, c.Image)
 	}
-	if sa := one(t, "ServiceAccounts", k.serviceAccounts); pod.Spec.ServiceAccountName != sa.Name {
+	if sa := one(t, "ServiceAccounts", all[*corev1.ServiceAccount](k)); pod.Spec.ServiceAccountName != sa.Name {
 		t.Errorf("pod serviceAccountName %q, the kit's ServiceAccount is %q", pod.Spec.ServiceAccountName, sa.Name)
 	}
 
@@ -148,12 +154,12 @@ func TestWiring(t *testing.T) {
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.ConfigMap != nil:
-			cm := k.configMap(v.ConfigMap.Name)
+			cm := named[*corev1.ConfigMap](k, v.ConfigMap.Name)
 			if cm == nil {
 				t.Errorf("volume %s: no ConfigMap %s in the kit", v.Name, v.ConfigMap.Name)
 			}
 		case v.Secret != nil:
-			s := k.secret(v.Secret.SecretName)
+			s := named[*corev1.Secret](k, v.Secret.SecretName)
 			if s == nil {
 				t.Errorf("volume %s: no Secret %s in secret.example.yaml", v.Name, v.Secret.SecretName)
 				continue
@@ -170,7 +176,7 @@ func TestWiring(t *testing.T) {
 			continue
 		}
 		ref := e.ValueFrom.SecretKeyRef
-		if s := k.secret(ref.Name); s == nil || !slices.Contains(secretKeys(s), ref.Key) {
+		if s := named[*corev1.Secret](k, ref.Name); s == nil || !slices.Contains(secretKeys(s), ref.Key) {
 			t.Errorf("env %s: Secret %s has no key %s in secret.example.yaml", e.Name, ref.Name, ref.Key)
 		}
 	}
@@ -187,7 +193,7 @@ func isTrue(b *bool) bool { return b != nil && *b }
 // terminationGracePeriodSeconds outlasts the longest graceful stop.
 func TestConfig(t *testing.T) {
 	k := loadKit(t)
-	sts := one(t, "StatefulSets", k.statefulSets)
+	sts := one(t, "StatefulSets", all[*appsv1.StatefulSet](k))
 	cfg := podConfig(t, k)
 	c := sts.Spec.Template.Spec.Containers[0]
 
@@ -249,7 +255,7 @@ func TestConfig(t *testing.T) {
 // tenure-0 would: from the path its args give, in its environment.
 func podConfig(t *testing.T, k *kit) runner.Config {
 	t.Helper()
-	sts := one(t, "StatefulSets", k.statefulSets)
+	sts := one(t, "StatefulSets", all[*appsv1.StatefulSet](k))
 	spec := sts.Spec.Template.Spec
 	c := spec.Containers[0]
 	i := slices.Index(c.Args, "--config")
@@ -287,14 +293,14 @@ func mountedKey(k *kit, spec corev1.PodSpec, c corev1.Container, p string) (stri
 		v := spec.Volumes[vi]
 		switch {
 		case v.ConfigMap != nil:
-			if cm := k.configMap(v.ConfigMap.Name); cm != nil {
+			if cm := named[*corev1.ConfigMap](k, v.ConfigMap.Name); cm != nil {
 				if d, ok := cm.Data[rel]; ok {
 					return d, ""
 				}
 			}
 			return "", "ConfigMap " + v.ConfigMap.Name + " has no key " + rel
 		case v.Secret != nil:
-			s := k.secret(v.Secret.SecretName)
+			s := named[*corev1.Secret](k, v.Secret.SecretName)
 			if s == nil {
 				return "", "no Secret " + v.Secret.SecretName + " in secret.example.yaml"
 			}
@@ -342,7 +348,7 @@ func podEnv(t *testing.T, k *kit, c corev1.Container) []string {
 					t.Fatalf("env %s: fieldRef %s is not one the test knows", e.Name, vf.FieldRef.FieldPath)
 				}
 			case vf.SecretKeyRef != nil:
-				s := k.secret(vf.SecretKeyRef.Name)
+				s := named[*corev1.Secret](k, vf.SecretKeyRef.Name)
 				v, ok := "", false
 				if s != nil {
 					v, ok = s.StringData[vf.SecretKeyRef.Key]

@@ -61,18 +61,21 @@ type object struct {
 	meta metav1.ObjectMeta
 }
 
-// kit is every manifest of deploy/kubernetes, by type.
+// kit is every manifest of deploy/kubernetes.
 type kit struct {
-	objects         []object
-	kustomizations  map[string]*kustomization // by directory, relative
-	statefulSets    []*appsv1.StatefulSet
-	services        []*corev1.Service
-	configMaps      []*corev1.ConfigMap
-	secrets         []*corev1.Secret
-	serviceAccounts []*corev1.ServiceAccount
-	pdbs            []*policyv1.PodDisruptionBudget
-	serviceMonitors []*monitoringv1.ServiceMonitor
-	rules           []*monitoringv1.PrometheusRule
+	objects        []object
+	kustomizations map[string]*kustomization // by directory, relative
+}
+
+// all returns the kit's objects of type T, in file order.
+func all[T any](k *kit) []T {
+	var out []T
+	for _, o := range k.objects {
+		if x, ok := o.obj.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // docSeparator splits a multi-document YAML file.
@@ -132,26 +135,9 @@ func (k *kit) add(file string, doc []byte) error {
 	if err != nil {
 		return err
 	}
-	switch o := obj.(type) {
-	case *kustomization:
-		k.kustomizations[filepath.ToSlash(filepath.Dir(file))] = o
+	if kz, ok := obj.(*kustomization); ok {
+		k.kustomizations[filepath.ToSlash(filepath.Dir(file))] = kz
 		return nil
-	case *appsv1.StatefulSet:
-		k.statefulSets = append(k.statefulSets, o)
-	case *corev1.Service:
-		k.services = append(k.services, o)
-	case *corev1.ConfigMap:
-		k.configMaps = append(k.configMaps, o)
-	case *corev1.Secret:
-		k.secrets = append(k.secrets, o)
-	case *corev1.ServiceAccount:
-		k.serviceAccounts = append(k.serviceAccounts, o)
-	case *policyv1.PodDisruptionBudget:
-		k.pdbs = append(k.pdbs, o)
-	case *monitoringv1.ServiceMonitor:
-		k.serviceMonitors = append(k.serviceMonitors, o)
-	case *monitoringv1.PrometheusRule:
-		k.rules = append(k.rules, o)
 	}
 	var om struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
@@ -163,32 +149,27 @@ func (k *kit) add(file string, doc []byte) error {
 	return nil
 }
 
+// kinds are the kinds of the kit, by "apiVersion kind", with their types.
+var kinds = map[string]func() any{
+	"kustomize.config.k8s.io/v1beta1 Kustomization": func() any { return &kustomization{} },
+	"apps/v1 StatefulSet":                           func() any { return &appsv1.StatefulSet{} },
+	"v1 Service":                                    func() any { return &corev1.Service{} },
+	"v1 ConfigMap":                                  func() any { return &corev1.ConfigMap{} },
+	"v1 Secret":                                     func() any { return &corev1.Secret{} },
+	"v1 ServiceAccount":                             func() any { return &corev1.ServiceAccount{} },
+	"policy/v1 PodDisruptionBudget":                 func() any { return &policyv1.PodDisruptionBudget{} },
+	"monitoring.coreos.com/v1 ServiceMonitor":       func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1 PrometheusRule":       func() any { return &monitoringv1.PrometheusRule{} },
+}
+
 // decodeStrict decodes doc into the API type of tm; unknown fields and
 // duplicate keys are errors, and so is a kind the kit does not expect.
 func decodeStrict(tm metav1.TypeMeta, doc []byte) (any, error) {
-	var obj any
-	switch tm.APIVersion + " " + tm.Kind {
-	case "kustomize.config.k8s.io/v1beta1 Kustomization":
-		obj = &kustomization{}
-	case "apps/v1 StatefulSet":
-		obj = &appsv1.StatefulSet{}
-	case "v1 Service":
-		obj = &corev1.Service{}
-	case "v1 ConfigMap":
-		obj = &corev1.ConfigMap{}
-	case "v1 Secret":
-		obj = &corev1.Secret{}
-	case "v1 ServiceAccount":
-		obj = &corev1.ServiceAccount{}
-	case "policy/v1 PodDisruptionBudget":
-		obj = &policyv1.PodDisruptionBudget{}
-	case "monitoring.coreos.com/v1 ServiceMonitor":
-		obj = &monitoringv1.ServiceMonitor{}
-	case "monitoring.coreos.com/v1 PrometheusRule":
-		obj = &monitoringv1.PrometheusRule{}
-	default:
+	newObj, ok := kinds[tm.APIVersion+" "+tm.Kind]
+	if !ok {
 		return nil, fmt.Errorf("apiVersion %q kind %q: not a kind of the kit", tm.APIVersion, tm.Kind)
 	}
+	obj := newObj()
 	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err)
 	}
@@ -204,36 +185,16 @@ func one[T any](t *testing.T, what string, xs []T) T {
 	return xs[0]
 }
 
-// service returns the kit's Service of that name.
-func (k *kit) service(t *testing.T, name string) *corev1.Service {
-	t.Helper()
-	for _, s := range k.services {
-		if s.Name == name {
-			return s
+// named returns the kit's object of type T with that name, or the zero T
+// (nil) when there is none.
+func named[T interface{ GetName() string }](k *kit, name string) T {
+	for _, o := range all[T](k) {
+		if o.GetName() == name {
+			return o
 		}
 	}
-	t.Fatalf("no Service %q in the kit", name)
-	return nil
-}
-
-// secret returns the kit's (example) Secret of that name, nil if none.
-func (k *kit) secret(name string) *corev1.Secret {
-	for _, s := range k.secrets {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
-}
-
-// configMap returns the kit's ConfigMap of that name, nil if none.
-func (k *kit) configMap(name string) *corev1.ConfigMap {
-	for _, c := range k.configMaps {
-		if c.Name == name {
-			return c
-		}
-	}
-	return nil
+	var zero T
+	return zero
 }
 
 // secretKeys lists a Secret's keys, from data and stringData.
