@@ -22,9 +22,11 @@ build:
 	$(GO) build ./...
 	$(GO) build -o bin/tenure ./cmd/tenure
 
-## test: lint, then every test with the race detector
+## test: lint, then every test with the race detector, the deployment
+## kit's (deploy/, a module of its own for the Kubernetes API types) included
 test: lint
 	$(GO) test $(TEST_FLAGS) ./...
+	cd deploy && $(GO) test $(TEST_FLAGS) ./...
 
 ## lint: go vet, gofmt (any unformatted file fails), `go mod tidy -diff`
 ## (go.mod and go.sum must be what tidy makes of them: no stale or
