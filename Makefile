@@ -38,6 +38,8 @@ test: lint
 lint:
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
+	cd deploy && $(GO) vet ./...
+	@cd deploy && $(GO) mod tidy -diff || { echo "deploy/go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
 	CGO_ENABLED=0 GOOS=windows $(GO) build ./...
 	CGO_ENABLED=0 GOOS=darwin $(GO) build ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))"; \
@@ -81,3 +83,4 @@ generate:
 
 tidy:
 	$(GO) mod tidy
+	cd deploy && $(GO) mod tidy
