@@ -241,10 +241,19 @@ func newAdmin(cli *CLI, cfg runner.Config) (*admin, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Runners serving their admin API over HTTPS register https:// URLs;
+	// admin.ca_file verifies them and admin.client_cert_file is the
+	// client certificate that authorises a drain under mTLS.
+	tlsCfg, err := runner.AdminTLSClientConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &admin{
 		token: token,
 		hc: &http.Client{Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: adminActionTimeout}).DialContext,
+			TLSClientConfig:     tlsCfg,
+			TLSHandshakeTimeout: adminActionTimeout,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     10 * time.Second,
 		}},

@@ -160,9 +160,15 @@ type cliRunner struct {
 // startRunner starts a runner with the built-in handlers, a "fail" type
 // whose command always fails and the handlers of specs (TYPE=SPEC).
 func (c *cliCluster) startRunner(id string, specs ...string) *cliRunner {
+	c.t.Helper()
+	return c.startRunnerWith(id, nil, specs...)
+}
+
+// startRunnerWith is startRunner with config overrides (key=value).
+func (c *cliCluster) startRunnerWith(id string, overrides []string, specs ...string) *cliRunner {
 	t := c.t
 	t.Helper()
-	cfg, err := runner.Load(c.cfgPath, nil, []string{"runner_id=" + id})
+	cfg, err := runner.Load(c.cfgPath, nil, append([]string{"runner_id=" + id}, overrides...))
 	if err != nil {
 		t.Fatal(err)
 	}
