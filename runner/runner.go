@@ -245,7 +245,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		r.life.end(err)
 		r.closeStores()
 	}()
+	r.mu.Lock()
 	r.started = time.Now()
+	r.mu.Unlock()
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
@@ -284,14 +286,16 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		return err
 	}
 	caller.set(cs.client)
-	r.mu.Lock()
-	r.host, r.calls = host, cs
-	r.mu.Unlock()
 	// Stops after the host (below, and on every early return): see calls.go.
 	defer cs.close(r.cfg.Sharding.InterruptTimeout.Std())
 	if err := cs.serve(r.cfg, mc, host, r.base, r.reg, r.tracer); err != nil {
 		return err
 	}
+	// Published once serving: Status reads the call listener's address
+	// from another goroutine.
+	r.mu.Lock()
+	r.host, r.calls = host, cs
+	r.mu.Unlock()
 	if err := r.startAdmin(); err != nil {
 		return err
 	}

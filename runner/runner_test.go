@@ -342,3 +342,41 @@ func TestRunJoinsV1Cluster(t *testing.T) {
 		t.Fatalf("procedure %q, want the cluster's %q", st.Procedure, v1)
 	}
 }
+
+// TestStatusWhileStarting: Status may be called from any goroutine at any
+// time, while Run is still starting too (a ready line, an embedding
+// service's health check); under -race this fails if Run publishes state
+// Status reads without the lock (the start time, the call listener).
+func TestStatusWhileStarting(t *testing.T) {
+	c := newTestCluster(t)
+	cfg, _ := c.config("early")
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	polled := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				polled <- n
+				return
+			default:
+			}
+			_ = r.Status()
+			n++
+		}
+	}()
+	x := &running{Run: harness.Go(r.Run), r: r}
+	t.Cleanup(func() { x.stop(t) })
+	testenv.WaitFor(t, "registered with a call address", 10*time.Second, func() bool {
+		st := r.Status()
+		return st.Registered && st.CallAddr != ""
+	})
+	close(stop)
+	if n := <-polled; n == 0 {
+		t.Fatal("Status was never called while the runner started")
+	}
+}
