@@ -61,6 +61,9 @@ func TestExitCodesAndHelp(t *testing.T) {
 		{[]string{"completion", "zsh"}, 0, "#compdef tenure", ""},
 		{[]string{"completion", "fish"}, 0, "# fish completion for tenure", ""},
 		{[]string{"completion", "powershell"}, 0, "# powershell completion for tenure", ""},
+		// What the shell scripts call on <TAB>: commands, then flags.
+		{[]string{"__complete", "ta"}, 0, "task\tsubmit, get, list", "Completion ended with directive"},
+		{[]string{"__complete", "task", "submit", "--wa"}, 0, "--wait\t", "Completion ended with directive"},
 	} {
 		code, out, errOut := mainRun(t, nil, tc.args...)
 		if code != tc.code {
