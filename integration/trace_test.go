@@ -35,9 +35,9 @@ func TestTraceSubmitClaimExecute(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	t.Cleanup(handler.Close)
-	// The exporters flush every 5s by default; the standard variable
-	// makes it 100ms, so that the runner's spans arrive while it runs.
-	otelEnv := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.HTTPURL, "OTEL_BSP_SCHEDULE_DELAY=100"}
+	// The one variable a user sets: the runner's batch exporter sends
+	// within its default 5 s delay, the CLI flushes when it exits.
+	otelEnv := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.HTTPURL}
 
 	c := newCluster(t)
 	r := c.runEnv("traced", append(otelEnv, "TENURE_PORT=tcp://10.0.0.1:80"),
