@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,8 +22,9 @@ import (
 // binary acting as the tenure command (one embedded S3 gateway per process,
 // and the tests' shared one runs in this process).
 type devProcess struct {
-	cmd *exec.Cmd
-	out *logBuffer
+	cmd    *exec.Cmd
+	out    *logBuffer // stdout and stderr, interleaved
+	stdout *logBuffer // stdout alone
 }
 
 // startDev starts `tenure dev` on data with fixed addresses (the same on a
@@ -42,8 +44,8 @@ func startDev(t *testing.T, data string, addrs []string, extra ...string) *devPr
 		"--s3-addr", addrs[2], "--admin-base-port", admin)
 	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = append(os.Environ(), cliMainEnv+"=1")
-	d := &devProcess{cmd: cmd, out: &logBuffer{}}
-	cmd.Stdout, cmd.Stderr = d.out, d.out
+	d := &devProcess{cmd: cmd, out: &logBuffer{}, stdout: &logBuffer{}}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(d.out, d.stdout), d.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +135,13 @@ func TestDevCounterSurvivesRestart(t *testing.T) {
 		}
 		return false
 	})
+	// Nothing else on stdout, where a script reads the JSON: the logs, and
+	// the embedded servers' chatter, go to stderr.
+	for line := range strings.Lines(d.stdout.String()) {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("tenure dev -o json printed a line that is not JSON on stdout: %q", line)
+		}
+	}
 	if ready.Config != cfgPath || len(ready.Runners) != 1 || ready.Runners[0].ID != "dev-1" || ready.Etcd == "" {
 		t.Errorf("ready line %+v, want config %s and runner dev-1", ready, cfgPath)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/versity/versitygw/auth"
 	"github.com/versity/versitygw/backend/meta"
 	"github.com/versity/versitygw/backend/posix"
 	"github.com/versity/versitygw/embedgw"
@@ -125,7 +126,7 @@ func serve(be *posix.Posix, c S3Config, addr, dataDir string) (*S3, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- embedgw.RunVersityGW(ctx, be, &embedgw.Config{
+		gc := &embedgw.Config{
 			RootUserAccess:    c.AccessKey,
 			RootUserSecret:    c.SecretKey,
 			Region:            c.Region,
@@ -135,7 +136,12 @@ func serve(be *posix.Posix, c S3Config, addr, dataDir string) (*S3, error) {
 			MultipartMaxParts: 10000,
 			Quiet:             true,
 			KeepAlive:         true,
-		})
+		}
+		// The single-account IAM the gateway would pick by default, made
+		// here: the gateway's own choice prints a line on stdout, which
+		// belongs to `tenure dev` (its -o json ready line).
+		gc.IAMService = auth.NewIAMServiceSingle(gc.IamOpts().RootAccount)
+		done <- embedgw.RunVersityGW(ctx, be, gc)
 	}()
 	deadline := time.Now().Add(c.StartTimeout)
 	for {
