@@ -1,7 +1,7 @@
 package sharding
 
 import (
-	"cmp"
+	"encoding/binary"
 	"math"
 	"runtime"
 	"slices"
@@ -27,11 +27,19 @@ type placer struct {
 	target         []int     // target counts (step 5)
 	order          []int     // scratch for targets' heap
 	invW           []float64 // 1 / w
-	cb             []float32 // cb[k*n+r]: costBound of shard k for runner r
-	heap           pairHeap
-	buf            []byte
-	keys           keyScratch // startRange scratch when single-threaded
-	keyCap         int        // the longest hashed key of the group
+	// Up to fullRows runners, cb[k*n+r] is the costBound of shard k for
+	// runner r (topK is 0). Above, each shard keeps only its topK lowest,
+	// ascending (see start): shard k's are topB[k*topK:(k+1)*topK], of
+	// the runners topR[...].
+	cb     []float32
+	topK   int
+	topB   []float32
+	topR   []int32
+	row    []float32 // a shard's bounds, recomputed (rebest)
+	heap   pairHeap
+	buf    []byte
+	keys   keyScratch // startRange scratch when single-threaded
+	keyCap int        // the longest hashed key of the group
 }
 
 // assignGroup assigns the shards of group g among the eligible cands, from
@@ -76,26 +84,88 @@ func (p *placer) assignGroup(out Assignment, g string, shards int, cands []candi
 // preferred returns shards ks sorted by runner r's score, highest first
 // (then by shard index).
 func (p *placer) preferred(r int, ks []int) []int {
-	type ranked struct {
-		k     int
-		score float64
-	}
+	rs := p.ranks(r, ks)
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if a.before(b) {
+			return -1
+		}
+		return 1 // shards are distinct: never equal
+	})
+	return shardsOf(rs)
+}
+
+// keepBest returns the limit shards of ks that runner r scores highest
+// (score descending, then shard index), in no particular order: the set
+// step 6a keeps. A selection, not a sort: a runner that lost most of its
+// share keeps a few of thousands.
+func (p *placer) keepBest(r int, ks []int, limit int) []int {
+	rs := p.ranks(r, ks)
+	selectFirst(rs, limit)
+	return shardsOf(rs[:limit])
+}
+
+// ranked is a shard and runner r's score of it (preferred, keepBest).
+type ranked struct {
+	k     int
+	score float64
+}
+
+// before orders by score descending, then shard index.
+func (a ranked) before(b ranked) bool {
+	return a.score > b.score || (a.score == b.score && a.k < b.k)
+}
+
+// ranks scores the shards ks for runner r.
+func (p *placer) ranks(r int, ks []int) []ranked {
 	rs := make([]ranked, len(ks))
 	for i, k := range ks {
 		p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), p.group, k)
 		rs[i] = ranked{k, p.exact(p.buf, r)}
 	}
-	slices.SortFunc(rs, func(a, b ranked) int {
-		if a.score != b.score {
-			return cmp.Compare(b.score, a.score)
-		}
-		return cmp.Compare(a.k, b.k)
-	})
+	return rs
+}
+
+func shardsOf(rs []ranked) []int {
 	out := make([]int, len(rs))
 	for i, x := range rs {
 		out[i] = x.k
 	}
 	return out
+}
+
+// selectFirst reorders a so that a[:t] are its t first elements by before
+// (quickselect, median-of-three pivots: the scores are hashes, so no input
+// makes it quadratic by design).
+func selectFirst(a []ranked, t int) {
+	lo, hi := 0, len(a) // the boundary t lies in [lo, hi]
+	for hi-lo > 1 && lo < t && t < hi {
+		mid := lo + (hi-lo)/2
+		// Median of a[lo], a[mid], a[hi-1] into a[hi-1], the pivot.
+		if a[mid].before(a[lo]) {
+			a[mid], a[lo] = a[lo], a[mid]
+		}
+		if a[hi-1].before(a[lo]) {
+			a[hi-1], a[lo] = a[lo], a[hi-1]
+		}
+		if a[mid].before(a[hi-1]) {
+			a[mid], a[hi-1] = a[hi-1], a[mid]
+		}
+		pivot, store := a[hi-1], lo
+		for i := lo; i < hi-1; i++ {
+			if a[i].before(pivot) {
+				a[i], a[store] = a[store], a[i]
+				store++
+			}
+		}
+		a[store], a[hi-1] = a[hi-1], a[store]
+		// a[:store] are before the pivot, now at store, a[store+1:] after.
+		switch {
+		case store < t:
+			lo = store + 1
+		default:
+			hi = store
+		}
+	}
 }
 
 // walk places the unplaced shards, whose best pairs are in p.heap (step 5).
@@ -115,7 +185,13 @@ func (p *placer) walk(out Assignment, deficit int) {
 		k, r := top.shard, top.runner
 		if !p.available(r, slack) {
 			p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), g, k)
-			r, s := p.best(p.buf, k, -1, slack)
+			var r int
+			var s float64
+			if n := len(p.ids); p.topK == 0 {
+				r, s = p.best(p.cb[k*n:(k+1)*n], p.buf, -1, slack)
+			} else {
+				r, s = p.bestTop(k, slack, p.buf, &p.row)
+			}
 			p.heap[0] = scoredPair{score: s, runner: r, shard: k}
 			p.heap.down(0)
 			continue
@@ -136,7 +212,8 @@ func (p *placer) available(r, slack int) bool {
 	return p.count[r] < p.walkLo[r] || (p.count[r] < p.walkHi[r] && slack > 0)
 }
 
-// best returns the runner of shard k's highest pair and its score, among
+// best returns the runner of the highest pair of the shard whose bounds
+// are row, and its score, among
 // the runners available given slack = unplaced − deficit, or among all of
 // them when slack < 0 (the start, when every runner is available anyway).
 // key holds the hashed prefix "<group>/<k>/"; m, when ≥ 0, is the runner
@@ -148,9 +225,7 @@ func (p *placer) available(r, slack int) bool {
 // unplaced some runner is always available: with slack > 0 one is below hi
 // (the bands sum to at least S), and with slack = 0 the deficit is
 // positive, so one is below lo.
-func (p *placer) best(key []byte, k, m, slack int) (int, float64) {
-	n := len(p.ids)
-	row := p.cb[k*n : (k+1)*n]
+func (p *placer) best(row []float32, key []byte, m, slack int) (int, float64) {
 	if m < 0 {
 		for r, c := range row {
 			if (m < 0 || c < row[m]) && (slack < 0 || p.available(r, slack)) {
@@ -181,17 +256,23 @@ func (p *placer) exact(key []byte, r int) float64 {
 	return rendezvousScore(p.w[r], hashBytes(append(key, p.ids[r]...)))
 }
 
-// start fills p.cb with a bound of every (shard, runner) score, which costs
-// a hash but no logarithm, and p.heap with every shard's best pair. This is
-// where the time goes (a hash per pair), so large groups are split by shard
-// range over up to GOMAXPROCS goroutines; each writes only its own rows and
-// heap slots, so the result does not depend on scheduling.
+// start computes a bound of every (shard, runner) score, which costs a
+// hash but no logarithm, fills p.heap with every shard's best pair, and
+// keeps each shard's topK lowest bounds for the walk (rebest): all of them
+// would be 64 MB at 16,384 shards × 1,000 runners, written once and mostly
+// never read again. This is where the time goes (a hash per pair), so large
+// groups are split by shard range over up to GOMAXPROCS goroutines; each
+// writes only its own shards' slots, so the result does not depend on
+// scheduling.
 func (p *placer) start(shards int) {
 	n := len(p.ids)
-	if cap(p.cb) < shards*n {
-		p.cb = make([]float32, shards*n)
+	if !keepLowest(shards, n) {
+		p.topK = 0
+		p.cb = resizeFloat32s(p.cb, shards*n)
+	} else {
+		p.topK = maxTop
+		p.topB, p.topR = resizeFloat32s(p.topB, shards*p.topK), resizeInt32s(p.topR, shards*p.topK)
 	}
-	p.cb = p.cb[:shards*n]
 	if cap(p.heap) < shards {
 		p.heap = make(pairHeap, shards)
 	}
@@ -208,6 +289,35 @@ func (p *placer) start(shards int) {
 	}
 	wg.Wait()
 }
+
+// In large groups start keeps maxTop of a shard's lowest bounds, not all
+// (see keepLowest). The walk re-ranks a shard when its best runner fills
+// up; at 16,384 shards × 1,000 runners a cold start re-ranks about 2,900
+// times, nine in ten of them within a shard's 16 best runners, and bestTop
+// hashes the row again for the rest.
+const maxTop = 16
+
+// keepLowestPairs is the group size (shards × runners) above which start
+// keeps only a shard's lowest bounds: 16 MB of bounds.
+var keepLowestPairs = 1 << 22
+
+// keepLowest reports whether start keeps only each shard's maxTop lowest
+// bounds for a group of shards × n runners, rather than whole rows. Small
+// groups keep whole rows: there keeping the lowest costs more than it
+// saves, as a row fills its kept bounds for much of its length, and the
+// insertions and their mispredicted branches cost more than the bounds
+// they spare (16,384 shards × 100 runners: 15 ms with whole rows, 24 ms
+// keeping 16). So do groups with few shards a runner: most runners fill
+// up at once, and the walk hashes rows again and again (256 × 1,000:
+// 2.7 ms with whole rows, 5 ms keeping 16).
+func keepLowest(shards, n int) bool {
+	return n > 4*maxTop && shards >= 4*n && shards*n > keepLowestPairs
+}
+
+// cutoffEvery is how many insertions into a row's kept bounds pass
+// between two computations of the cutoff (boundCutoff costs about as much
+// as ten bounds).
+const cutoffEvery = 8
 
 // maxSizeHint caps the size Assign preallocates its result for, so that an
 // absurd shard count costs memory only as the shards are placed.
@@ -227,8 +337,11 @@ const (
 // hash on reading back bytes still in flight to memory (about 3× slower on
 // amd64). So the keys of all runners are laid out once, side by side, and
 // for each shard only the digits of the shard index are rewritten, in every
-// key before any is hashed; the keys are laid out again only when the
-// number of digits changes.
+// key before any is hashed, with one 8-byte store a key; the keys are laid
+// out again only when the number of digits changes. Of a row's bounds only
+// the topK lowest are kept, and a hash at or below the cutoff of the
+// highest kept bound is rejected without computing its bound (most of a
+// row, once the first topK are in).
 func (p *placer) startRange(ks *keyScratch, from, to int) {
 	n := len(p.ids)
 	stride := p.keyCap
@@ -237,8 +350,9 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 	}
 	if cap(ks.key) < n {
 		ks.key = make([][]byte, n)
+		ks.tail = make([]uint64, n)
 	}
-	ks.key = ks.key[:n]
+	ks.key, ks.tail = ks.key[:n], ks.tail[:n]
 	if cap(ks.prefix) < stride {
 		ks.prefix = make([]byte, 0, stride)
 	}
@@ -248,37 +362,77 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 		ks.prefix = appendKey(ks.prefix[:0], p.group, k)
 		if len(ks.prefix) != laidOut {
 			laidOut = len(ks.prefix)
+			nd := laidOut - digits - 1 // digits of the index
 			for r, id := range p.ids {
 				key := append(ks.mem[r*stride:r*stride:(r+1)*stride], ks.prefix...)
 				ks.key[r] = append(key, id...)
+				// The 8 bytes from the index on, its digits zeroed:
+				// what follows them ("/" and the id) in the key, and
+				// whatever lies beyond within the stride.
+				ks.tail[r] = binary.LittleEndian.Uint64(ks.mem[r*stride+digits:]) &^ (1<<(8*nd) - 1)
+			}
+		} else if index := ks.prefix[digits : len(ks.prefix)-1]; len(index) <= 8 {
+			// One 8-byte store a key, not a store per digit: the index's
+			// digits over the key's tail. stride ≥ digits + 8 (keyCap).
+			var le [8]byte
+			copy(le[:], index)
+			dw := binary.LittleEndian.Uint64(le[:])
+			for r := range ks.key {
+				binary.LittleEndian.PutUint64(ks.mem[r*stride+digits:], dw|ks.tail[r])
 			}
 		} else {
-			index := ks.prefix[digits : len(ks.prefix)-1]
 			for _, key := range ks.key {
-				for i, d := range index {
-					key[digits+i] = d
+				copy(key[digits:], index)
+			}
+		}
+		if p.topK == 0 {
+			row := p.cb[k*n : (k+1)*n]
+			m, low := 0, float32(math.Inf(1))
+			for r, key := range ks.key {
+				c := costBound(p.invW[r], hashBytes(key))
+				row[r] = c
+				if c < low {
+					m, low = r, c
+				}
+			}
+			r, s := p.best(row, ks.prefix, m, -1)
+			p.heap[k] = scoredPair{score: s, runner: r, shard: k}
+			continue
+		}
+		// The row's lowest bounds, kept as they come: after the first
+		// topK, a bound rarely beats the highest kept one.
+		K := p.topK
+		tb, tr := p.topB[k*K:(k+1)*K], p.topR[k*K:(k+1)*K]
+		// The cutoff is refreshed when the kept bounds first fill up and
+		// then every cutoffEvery insertions: a stale one, of a higher
+		// threshold, is lower, so still safe, only less selective.
+		size, thr, cut, since := 0, float32(math.Inf(1)), int64(-1), 0
+		for r, key := range ks.key {
+			h := hashBytes(key)
+			if int64(h>>12) <= cut {
+				continue // its bound is at least thr (see boundCutoff)
+			}
+			if c := costBound(p.invW[r], h); c < thr {
+				if size = insertTop(tb, tr, size, c, r); size == K {
+					thr = tb[K-1]
+					if since--; since <= 0 {
+						cut, since = boundCutoff(thr), cutoffEvery
+					}
 				}
 			}
 		}
-		row := p.cb[k*n : (k+1)*n]
-		m, low := 0, float32(math.Inf(1))
-		for r, key := range ks.key {
-			c := costBound(p.invW[r], hashBytes(key))
-			row[r] = c
-			if c < low {
-				m, low = r, c
-			}
-		}
-		r, s := p.best(ks.prefix, k, m, -1)
+		r, s := p.bestTop(k, -1, ks.prefix, &ks.row)
 		p.heap[k] = scoredPair{score: s, runner: r, shard: k}
 	}
 }
 
 // keyScratch is the scratch space of one startRange.
 type keyScratch struct {
-	mem    []byte   // n keys of keyCap bytes each
-	key    [][]byte // the runners' keys for the current shard, within mem
-	prefix []byte   // the current shard's prefix, with room for an id
+	mem    []byte    // n keys of keyCap bytes each
+	key    [][]byte  // the runners' keys for the current shard, within mem
+	tail   []uint64  // per key, the 8 bytes from the index on, digits zeroed
+	row    []float32 // the current shard's bounds
+	prefix []byte    // the current shard's prefix, with room for an id
 }
 
 // bands computes every eligible runner's load band (step 4) and resets the

@@ -33,7 +33,7 @@ func (p *placer) keepUpTo(out Assignment, held [][]int, limit []int) int {
 	kept := 0
 	for r, ks := range held {
 		if len(ks) > limit[r] {
-			ks = p.preferred(r, ks)[:limit[r]]
+			ks = p.keepBest(r, ks, limit[r])
 		}
 		for _, k := range ks {
 			out[storage.ShardID{Group: p.group, Index: k}] = p.ids[r]
