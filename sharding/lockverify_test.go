@@ -29,19 +29,23 @@ func (s *cutStream) WatchMembership(ctx context.Context) <-chan storage.Membersh
 		defer close(out)
 		var last int64
 		for {
+			var b storage.MembershipBatch
 			select {
-			case b, ok := <-in:
+			case v, ok := <-in:
 				if !ok {
 					return
 				}
-				last = b.Revision
-				if !send(ctx, out, b) {
-					return
-				}
+				b, last = v, v.Revision
 			case <-s.cut:
-				if send(ctx, out, storage.MembershipBatch{Revision: last, Interrupted: true}) {
-					close(s.broken)
-				}
+				b = storage.MembershipBatch{Revision: last, Interrupted: true}
+			}
+			select {
+			case out <- b:
+			case <-ctx.Done():
+				return
+			}
+			if b.Interrupted {
+				close(s.broken)
 				for range in { // dropped: the stream stays broken until the store closes it
 				}
 				return
@@ -49,15 +53,6 @@ func (s *cutStream) WatchMembership(ctx context.Context) <-chan storage.Membersh
 		}
 	}()
 	return out
-}
-
-func send[T any](ctx context.Context, ch chan<- T, v T) bool {
-	select {
-	case ch <- v:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // TestLocksReadOnlyWhileStreamOutOfSync: while the membership stream is in
