@@ -142,9 +142,10 @@ func (m *Manager) trackStream(batches []storage.MembershipBatch) []storage.Membe
 // listing that resumes a broken stream reads every lock, absorbed the
 // same way. Reads remain after a break (here, each LockRefreshInterval
 // until the listing comes), on re-attach (reattach) and at the safety
-// pass (its fresh listing, absorbed the same way). None of this bounds how long a runner cut off from
-// etcd keeps its shards: the detachment machine does, from the lease
-// deadline alone, whatever the stream reports.
+// pass (its fresh listing, absorbed the same way). None of this bounds
+// how long a runner cut off from etcd keeps its shards: the detachment
+// machine does, from the lease deadline alone, whatever the stream
+// reports.
 func (m *Manager) refreshLocks(ctx context.Context) {
 	if !m.streamInSync {
 		m.verify(ctx)
