@@ -40,12 +40,13 @@ type Config struct {
 	// 250ms.
 	RebalanceDebounce time.Duration
 	// RebalanceInterval is the periodic safety pass: a fresh read of the
-	// runners and a full rebalance, in case a watch event was missed.
-	// Default 10s.
+	// runners and locks (which verifies the owned locks too) and a full
+	// rebalance, in case a watch event was missed. Default 10s.
 	RebalanceInterval time.Duration
 	// LockRefreshInterval is how often owned locks are verified with one
-	// read of shards/ (the membership stream verifies them continuously as
-	// well).
+	// read of shards/ while the membership stream is out of sync (between
+	// a break and the listing that resumes it). While it is in sync the
+	// stream reports every change of the locks, and no read is made.
 	// Must be ≤ LeaseTTL/3. Default LeaseTTL/3.
 	LockRefreshInterval time.Duration
 	// AcquireRetryInterval is the pause between tries at shards assigned to

@@ -16,8 +16,10 @@ import (
 )
 
 // faultyStore wraps a real runner store and, while failing, answers the
-// runner list and every lock call with ErrUnavailable (keep-alives go on:
-// the session's loop is the real one). It logs the lock calls it sees.
+// runner list, the membership listing (runners and locks: the safety
+// pass's read) and every lock call with ErrUnavailable (keep-alives and
+// the membership stream go on: they are the real ones). It logs the calls
+// it sees.
 type faultyStore struct {
 	storage.RunnerStore
 	mu      sync.Mutex
@@ -66,6 +68,13 @@ func (f *faultyStore) Runners(ctx context.Context) ([]storage.RunnerInfo, int64,
 		return nil, 0, err
 	}
 	return f.RunnerStore.Runners(ctx)
+}
+
+func (f *faultyStore) Membership(ctx context.Context) (storage.MembershipBatch, error) {
+	if err := f.record("membership"); err != nil {
+		return storage.MembershipBatch{}, err
+	}
+	return f.RunnerStore.Membership(ctx)
 }
 
 func (f *faultyStore) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Duration) (storage.Session, error) {

@@ -23,6 +23,10 @@ func (m *Manager) onMembership(ctx context.Context, b storage.MembershipBatch) {
 			more = false
 		}
 	}
+	batches = m.trackStream(batches)
+	if len(batches) == 0 {
+		return
+	}
 	r := m.absorb(batches)
 	if r.rebalance {
 		m.debounce.call()
@@ -107,6 +111,45 @@ func (m *Manager) freedByLeavingLocked() []storage.ShardID {
 	}
 	slices.SortFunc(out, cmpShard)
 	return out
+}
+
+// trackStream follows whether the membership stream is in sync — after a
+// listing it is, until it reports a break — and returns the batches that
+// carry changes (a break carries none).
+func (m *Manager) trackStream(batches []storage.MembershipBatch) []storage.MembershipBatch {
+	out := batches[:0]
+	for _, b := range batches {
+		switch {
+		case b.Interrupted:
+			m.streamInSync = false
+			continue
+		case b.Listing:
+			m.streamInSync = true
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// refreshLocks verifies the owned locks with a read only while the
+// membership stream is out of sync (between a break and the listing that
+// resumes it). While it is in sync a read would tell nothing the stream
+// has not: etcd's watch delivers every change of the watched range in
+// revision order, or ends with an error the store reports as a break (a
+// client-side reconnect resumes at the next revision, or fails as
+// compacted); so a lock of ours deleted or re-created under another lease
+// reaches absorb as an event, which loses the shard at once, and the
+// listing that resumes a broken stream reads every lock, absorbed the
+// same way. Reads remain after a break (here, each LockRefreshInterval
+// until the listing comes), on re-attach (reattach) and at the safety
+// pass (its fresh listing, absorbed the same way). None of this bounds
+// how long a runner cut off from etcd keeps its shards: the detachment
+// machine does, from the lease deadline alone, whatever the stream
+// reports.
+func (m *Manager) refreshLocks(ctx context.Context) {
+	if !m.streamInSync {
+		m.verify(ctx)
+	}
 }
 
 // verify checks every owned lock with one read; a lock that is not ours any

@@ -31,8 +31,10 @@ func (m *Manager) loop(ctx context.Context) {
 		case <-m.rebalanceSoon:
 			m.rebalance(ctx, false)
 		case <-safety.C:
-			next := m.rebalance(ctx, true)
-			safety.Reset(next)
+			// The fresh read verifies the owned locks as well: absorb
+			// loses one that a newer listing lacks or shows under
+			// another lease.
+			safety.Reset(m.rebalance(ctx, true))
 		case b := <-m.membership:
 			m.onMembership(ctx, b)
 		case <-retry.C:
@@ -42,7 +44,7 @@ func (m *Manager) loop(ctx context.Context) {
 				safety.Reset(min(m.cfg.RebalanceInterval, m.cfg.AcquireRetryWindow))
 			}
 		case <-refresh.C:
-			m.verify(ctx)
+			m.refreshLocks(ctx)
 		case <-probe.C:
 			m.probe(ctx)
 		case done := <-m.drainReq:

@@ -65,7 +65,11 @@ type Manager struct {
 	// See membership.go.
 	viewRev    int64
 	assignment Assignment
-	running    bool
+	// streamInSync: the membership stream has delivered a listing and
+	// reported no break since, so a change of any lock of ours reaches
+	// the loop as an event (see refreshLocks). Loop goroutine only.
+	streamInSync bool
+	running      bool
 
 	// badMoves counts refused shard state changes (bugs; see moveLocked).
 	badMoves atomic.Int64

@@ -205,6 +205,13 @@ type MembershipBatch struct {
 	// disconnect): changes between the previous batch and Revision were
 	// not seen one by one.
 	Resync bool
+	// Interrupted marks an empty batch that says the stream just broke
+	// (compaction, lost leader, closed stream): changes after Revision are
+	// not seen until the Resync listing that follows. A consumer that
+	// relies on the stream to learn of a change (a lock of its own
+	// deleted) checks for itself meanwhile. Revision is the previous
+	// batch's.
+	Interrupted bool
 	// Events are the changes in revision order (a listing: runners, then
 	// locks, then deletes).
 	Events []MembershipEvent

@@ -117,17 +117,19 @@ func (s *Store) Membership(ctx context.Context) (storage.MembershipBatch, error)
 // WatchMembership streams runners/ and shards/ as one stream of batches:
 // one watch on the range Membership reads, so etcd delivers the changes of
 // both in revision order and whole revisions at a time, and every listing
-// reads both at one revision.
+// reads both at one revision. A break of the watch is announced at once
+// by a batch marked Interrupted, before the Resync listing that resumes it.
 func (s *Store) WatchMembership(ctx context.Context) <-chan storage.MembershipBatch {
 	out := make(chan storage.MembershipBatch, 16)
 	s.watch(ctx, runnersPrefix, prefixEnd(shardsPrefix), true, func(ctx context.Context, b batch) bool {
-		mb := storage.MembershipBatch{Revision: b.rev, Listing: b.listing, Resync: b.resync, Events: make([]storage.MembershipEvent, 0, len(b.changes))}
+		mb := storage.MembershipBatch{Revision: b.rev, Listing: b.listing, Resync: b.resync, Interrupted: b.broken,
+			Events: make([]storage.MembershipEvent, 0, len(b.changes))}
 		for _, c := range b.changes {
 			if ev, ok := s.membershipEvent(c); ok {
 				mb.Events = append(mb.Events, ev)
 			}
 		}
-		if len(mb.Events) == 0 && !mb.Listing {
+		if len(mb.Events) == 0 && !mb.Listing && !mb.Interrupted {
 			return true // only keys outside both prefixes changed
 		}
 		return send(ctx, out, mb)

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurehq/tenure/storage"
@@ -36,6 +34,9 @@ type Session struct {
 	// can start.
 	mu       sync.Mutex
 	inflight sync.WaitGroup
+
+	// ka is the keep-alive stream, reused while healthy (keepalive.go).
+	ka keepAliveStream
 
 	closeOnce sync.Once
 	closeErr  error
@@ -129,9 +130,10 @@ func (ss *Session) Granted() storage.KeepAliveResult { return ss.granted }
 // Done is closed when the session has ended.
 func (ss *Session) Done() <-chan struct{} { return ss.ctx.Done() }
 
-// KeepAlive renews the lease once; see storage.Session. It requires a
-// leader (WithRequireLeader), so that a member cut off from its leader
-// fails the call at once instead of letting it hang until ctx's deadline.
+// KeepAlive renews the lease once; see storage.Session. It goes on the
+// session's keep-alive stream, reused while healthy (keepalive.go), which
+// requires a leader (WithRequireLeader), so that a member cut off from its
+// leader fails the call instead of letting it hang until ctx's deadline.
 func (ss *Session) KeepAlive(ctx context.Context) (storage.KeepAliveResult, error) {
 	key := runnerKey(ss.id)
 	ss.mu.Lock()
@@ -143,7 +145,7 @@ func (ss *Session) KeepAlive(ctx context.Context) (storage.KeepAliveResult, erro
 	ss.mu.Unlock()
 	defer ss.inflight.Done()
 
-	cctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(ss.ctx, cancel)() // Orphan cuts the call short
 	res := storage.KeepAliveResult{SentAt: time.Now()}
@@ -173,31 +175,6 @@ func (ss *Session) KeepAlive(ctx context.Context) (storage.KeepAliveResult, erro
 		timeout = dl.Sub(res.SentAt).Round(time.Millisecond)
 	}
 	return res, ss.s.opError("keepalive", key, nil, timeout, err)
-}
-
-// keepAliveOnce renews the lease once on its own stream. clientv3's
-// KeepAliveOnce reports a stream the server has already ended (no leader,
-// say) as a bare EOF from Send; the status it ended with is what Recv
-// returns, so read that.
-func (ss *Session) keepAliveOnce(ctx context.Context) (*pb.LeaseKeepAliveResponse, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := pb.NewLeaseClient(ss.s.cli.ActiveConnection()).LeaseKeepAlive(ctx)
-	if err != nil {
-		return nil, rpctypes.Error(err)
-	}
-	defer stream.CloseSend()
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(ss.lease)}); err != nil {
-		if _, rerr := stream.Recv(); rerr != nil {
-			err = rerr
-		}
-		return nil, rpctypes.Error(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return nil, rpctypes.Error(err)
-	}
-	return resp, nil
 }
 
 // alive returns why the session can no longer act, or nil.
@@ -250,6 +227,7 @@ func (ss *Session) Orphan() {
 	ss.cancel(storage.ErrSessionClosed)
 	ss.mu.Unlock()
 	ss.inflight.Wait()
+	ss.ka.close()
 }
 
 // Close ends the session and revokes the lease. It is idempotent; a failed

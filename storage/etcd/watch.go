@@ -32,6 +32,9 @@ type batch struct {
 	// key gone since the previous batch; otherwise only the difference.
 	listing bool
 	resync  bool // a listing after the watch broke (not the first one)
+	// broken: no changes; the watch just broke, and the listing that
+	// resumes it (resync) has not been read yet. rev is the last batch's.
+	broken bool
 }
 
 // each adapts a per-change consumer to batches.
@@ -55,7 +58,9 @@ func each(emit func(context.Context, change) bool) func(context.Context, batch) 
 // revision, and whenever the watch breaks (compaction, lost leader, closed
 // stream) it lists again and emits the difference — puts for new or changed
 // keys (every key when full), deletes for vanished ones — marked Resync,
-// before watching again from the list's revision.
+// before watching again from the list's revision. A break is announced at
+// once with an empty batch marked broken, so that a consumer knows that
+// nothing arrives until the re-list gets through.
 func (s *Store) watch(ctx context.Context, key, end string, full bool, emit func(context.Context, batch) bool, done func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -77,6 +82,7 @@ type watcher struct {
 	full bool   // listings emit every key, not only the changed ones
 	emit func(context.Context, batch) bool
 	view map[string]int64 // relative key → mod revision
+	rev  int64            // revision of the last batch emitted
 }
 
 // prefixEnd is the end of the key range of a prefix (relative keys share
@@ -129,7 +135,7 @@ func (w *watcher) follow(ctx context.Context, full string, rev int64) bool {
 	for resp := range w.s.cli.Watch(wctx, full, opts...) {
 		if err := resp.Err(); err != nil {
 			w.s.opts.logger.Warn("etcd watch: broken; re-listing", "key", full, "err", err)
-			return ctx.Err() == nil
+			return w.broke(ctx)
 		}
 		if len(resp.Events) == 0 {
 			continue
@@ -151,8 +157,18 @@ func (w *watcher) follow(ctx context.Context, full string, rev int64) bool {
 		if !w.emit(ctx, b) {
 			return false
 		}
+		w.rev = b.rev
 	}
-	return ctx.Err() == nil
+	return w.broke(ctx)
+}
+
+// broke announces a break of the watch, unless ctx ended (which is no
+// break but the end); it returns whether to re-list.
+func (w *watcher) broke(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return w.emit(ctx, batch{rev: w.rev, broken: true})
 }
 
 // relist reads the current state and emits its difference from the view. ok
@@ -188,6 +204,7 @@ func (w *watcher) relist(ctx context.Context, resync bool) (rev int64, ok bool, 
 		delete(w.view, k)
 		b.changes = append(b.changes, change{kind: storage.EventDelete, key: k, rev: rev, resync: resync})
 	}
+	w.rev = rev
 	if len(b.changes) == 0 && !w.full {
 		return rev, true, nil
 	}
