@@ -36,6 +36,7 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 		trials int
 		data   string
 		quick  bool
+		s3lat  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO... | all",
@@ -52,6 +53,13 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 				return usagef("--trials %d: must be in [1, %d]", trials, bench.MaxTrials)
 			}
 			o := cli.benchBase
+			if s3lat != "" {
+				l, err := bench.ParseS3Latency(s3lat)
+				if err != nil {
+					return usagef("--s3-latency: %w", err)
+				}
+				o.S3Latency = &l
+			}
 			o.Scenarios, o.Trials, o.Quick, o.DataDir = args, trials, quick, data
 			o.Progress, o.Version = cli.Stderr, cli.Version
 			return runBench(cmd.Context(), cli, o, cli.wantJSON(cmd))
@@ -61,6 +69,7 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 	fs.IntVar(&trials, "trials", 0, fmt.Sprintf("trials per scenario (default %d, %d with --quick)", bench.DefaultTrials, bench.QuickTrials))
 	fs.StringVar(&data, "data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
 	fs.BoolVar(&quick, "quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
+	fs.StringVar(&s3lat, "s3-latency", "", "simulated S3 round trip on the runners' and submitters' requests, RTT[,jitter=J] (e.g. 20ms,jitter=10ms); latency-profile measures this one instead of 20ms and 5ms")
 	addJSONAlias(cmd)
 	return cmd
 }

@@ -79,6 +79,10 @@ type Options struct {
 	Progress io.Writer
 	// Version is recorded in the report.
 	Version string
+	// S3Latency, when set, puts a simulated round trip on every S3
+	// request of the runners and submitters of every scenario, and is the
+	// one profile latency-profile measures (instead of its defaults).
+	S3Latency *S3Latency
 }
 
 // Infra is an etcd and an S3 server to run against instead of embedded
@@ -128,6 +132,11 @@ func (o Options) Validate() error {
 	}
 	if o.Trials < 0 || o.Trials > MaxTrials {
 		return fmt.Errorf("%w: Trials = %d: must be in [1, %d] (0: the default)", ErrInvalidOptions, o.Trials, MaxTrials)
+	}
+	if l := o.S3Latency; l != nil {
+		if err := l.validate(); err != nil {
+			return fmt.Errorf("%w: S3Latency %s: %v", ErrInvalidOptions, l, err)
+		}
 	}
 	if i := o.Infra; i != nil {
 		switch {
