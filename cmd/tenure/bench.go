@@ -21,8 +21,12 @@ scenarios:
   failover    SIGKILL 1 of 3 runner processes: time until its shards are re-owned
   handoff     SIGTERM 1 of 3 runner processes: time until its shards are re-owned
   detach      partition a runner from etcd: detach time relative to deadline − margin
-  throughput  no-op tasks/s with 1 and 3 runners
+  throughput  no-op tasks/s with 1 and 3 runners, and as a ratio of the S3 server's own
+              rate for the same requests (its ceiling), measured in the same run
   latency     submit → handler start, p50 and p99
+  latency-profile
+              with a simulated S3 round trip (20ms and 5ms, or --s3-latency): submit → start,
+              tasks/s of one runner, one entity's FIFO rate, each in round trips
   s3cost      S3 requests per task and idle per minute; monthly cost estimate
   assign      compute time of the shard assignment by shards × runners
   call        entity calls/s and latency, remote and local, by callers (1, 16, 64);

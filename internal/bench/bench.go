@@ -62,15 +62,16 @@ type Settings struct {
 
 // scenarioFuncs runs each scenario.
 var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
-	ScenarioFailover:   runFailover,
-	ScenarioHandoff:    runHandoff,
-	ScenarioDetach:     runDetach,
-	ScenarioThroughput: runThroughput,
-	ScenarioLatency:    runLatency,
-	ScenarioS3Cost:     runS3Cost,
-	ScenarioAssign:     runAssign,
-	ScenarioCall:       runCall,
-	ScenarioState:      runState,
+	ScenarioFailover:       runFailover,
+	ScenarioHandoff:        runHandoff,
+	ScenarioDetach:         runDetach,
+	ScenarioThroughput:     runThroughput,
+	ScenarioLatency:        runLatency,
+	ScenarioLatencyProfile: runLatencyProfile,
+	ScenarioS3Cost:         runS3Cost,
+	ScenarioAssign:         runAssign,
+	ScenarioCall:           runCall,
+	ScenarioState:          runState,
 }
 
 // Run runs the selected scenarios one after the other and returns their

@@ -20,6 +20,9 @@ const (
 	ScenarioAssign     = "assign"
 	ScenarioCall       = "call"
 	ScenarioState      = "state"
+	// ScenarioLatencyProfile is the task path under a simulated S3 round
+	// trip.
+	ScenarioLatencyProfile = "latency-profile"
 	// All selects every scenario.
 	All = "all"
 )
@@ -27,7 +30,7 @@ const (
 // Names returns every scenario name in the order a run takes them.
 func Names() []string {
 	return []string{ScenarioFailover, ScenarioHandoff, ScenarioDetach, ScenarioThroughput,
-		ScenarioLatency, ScenarioS3Cost, ScenarioAssign, ScenarioCall, ScenarioState}
+		ScenarioLatency, ScenarioLatencyProfile, ScenarioS3Cost, ScenarioAssign, ScenarioCall, ScenarioState}
 }
 
 // Defaults of a run.

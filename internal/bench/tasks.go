@@ -292,16 +292,7 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 		return nil, err
 	}
 	started := make(chan time.Time)
-	ping := func(h *entity.Host) error {
-		return h.RegisterFunc(typePing, func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
-			at := time.Now()
-			select {
-			case started <- at:
-			case <-ctx.Done():
-			}
-			return nil, nil
-		})
-	}
+	ping := pingType(typePing, started)
 	rs, _, err := c.startRunners(ctx, 1, ping)
 	if err != nil {
 		return nil, err
@@ -313,24 +304,8 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 	}
 	n := pick(e.o, 200, 20)
 	res := &LatencyResult{Shards: taskShards, Tasks: n, Warmup: latencyWarmup}
-	for i := range latencyWarmup + n {
-		t0 := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typePing})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("bench: latency: submit: %w", err)
-		}
-		select {
-		case at := <-started:
-			if i >= latencyWarmup {
-				res.Trials = append(res.Trials, ms(at.Sub(t0)))
-			}
-		case <-time.After(startWithin):
-			return nil, fmt.Errorf("bench: latency: task %d did not start within %s (log %s)", i+1, startWithin, rs[0].logPath)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if res.Trials, err = submitToStart(ctx, tc, typePing, started, latencyWarmup, n, startWithin, rs[0].logPath); err != nil {
+		return nil, fmt.Errorf("bench: latency: %w", err)
 	}
 	// Let the last outcome commit before the runner stops.
 	if err := waitCompleted(ctx, rs, typePing, float64(latencyWarmup+n), startWithin); err != nil {
@@ -340,4 +315,46 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 	res.MaxMS, res.MeanMS = maxOf(res.Trials), round(mean(res.Trials), 3)
 	e.logf("latency: %d tasks: p50 %.2fms p99 %.2fms", n, res.P50MS, res.P99MS)
 	return res, nil
+}
+
+// pingType registers typ, whose handler sends its start time on started.
+func pingType(typ string, started chan<- time.Time) func(*entity.Host) error {
+	return func(h *entity.Host) error {
+		return h.RegisterFunc(typ, func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			at := time.Now()
+			select {
+			case started <- at:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		})
+	}
+}
+
+// submitToStart submits warmup + n tasks of typ one at a time, each after
+// the previous one started (its handler sends its start on started), and
+// returns the n measured latencies from the submit call to the handler's
+// start, in ms.
+func submitToStart(ctx context.Context, tc *task.Client, typ string, started <-chan time.Time, warmup, n int, within time.Duration, logPath string) ([]float64, error) {
+	var out []float64
+	for i := range warmup + n {
+		t0 := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typ})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		select {
+		case at := <-started:
+			if i >= warmup {
+				out = append(out, ms(at.Sub(t0)))
+			}
+		case <-time.After(within):
+			return nil, fmt.Errorf("task %d did not start within %s (log %s)", i+1, within, logPath)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
 }
