@@ -69,6 +69,7 @@ var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
 	ScenarioLatency:        runLatency,
 	ScenarioLatencyProfile: runLatencyProfile,
 	ScenarioS3Cost:         runS3Cost,
+	ScenarioRenewal:        runRenewal,
 	ScenarioAssign:         runAssign,
 	ScenarioCall:           runCall,
 	ScenarioState:          runState,

@@ -23,6 +23,8 @@ const (
 	// ScenarioLatencyProfile is the task path under a simulated S3 round
 	// trip.
 	ScenarioLatencyProfile = "latency-profile"
+	// ScenarioRenewal is the cost of renewing a long task's claim.
+	ScenarioRenewal = "renewal"
 	// All selects every scenario.
 	All = "all"
 )
@@ -30,7 +32,7 @@ const (
 // Names returns every scenario name in the order a run takes them.
 func Names() []string {
 	return []string{ScenarioFailover, ScenarioHandoff, ScenarioDetach, ScenarioThroughput,
-		ScenarioLatency, ScenarioLatencyProfile, ScenarioS3Cost, ScenarioAssign, ScenarioCall, ScenarioState}
+		ScenarioLatency, ScenarioLatencyProfile, ScenarioS3Cost, ScenarioRenewal, ScenarioAssign, ScenarioCall, ScenarioState}
 }
 
 // Defaults of a run.
