@@ -16,8 +16,11 @@ import (
 const (
 	// profileSubmitters submit a profile's throughput batch: enough that
 	// submitting (two S3 round trips and an etcd wake-up per task) does not
-	// bound the runner's rate at 20ms.
-	profileSubmitters = 128
+	// bound the runner's rate at 20ms; fewer in a quick run, whose 128
+	// goroutines under the race detector starved the runner's keep-alives
+	// on two shared cores.
+	profileSubmitters      = 128
+	profileSubmittersQuick = 32
 	// profileWarmup tasks run before the measured submit → start ones.
 	profileWarmup   = 3
 	typeProfileNoop = "bench-profile-noop"
@@ -197,14 +200,14 @@ func latencyProfile(ctx context.Context, e *env, l S3Latency) (*LatencyProfile, 
 
 	// One runner's rate with its default concurrency.
 	th := &p.Throughput
-	th.Tasks, th.Submitters = pick(e.o, 1000, 200), profileSubmitters
+	th.Tasks, th.Submitters = pick(e.o, 1000, 100), pick(e.o, profileSubmitters, profileSubmittersQuick)
 	for i := range e.trials {
 		base, err := completed(registries(rs), typeProfileNoop)
 		if err != nil {
 			return nil, err
 		}
 		t0 := time.Now()
-		if err := submitBatch(ctx, tc, typeProfileNoop, th.Tasks, profileSubmitters); err != nil {
+		if err := submitBatch(ctx, tc, typeProfileNoop, th.Tasks, th.Submitters); err != nil {
 			return nil, err
 		}
 		if err := waitCompleted(ctx, rs, typeProfileNoop, base+float64(th.Tasks), batchWithin); err != nil {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -24,6 +25,19 @@ type S3Latency struct {
 // MarshalJSON writes the durations in milliseconds.
 func (l S3Latency) MarshalJSON() ([]byte, error) {
 	return fmt.Appendf(nil, `{"rtt_ms":%g,"jitter_ms":%g}`, ms(l.RTT), ms(l.Jitter)), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *S3Latency) UnmarshalJSON(b []byte) error {
+	var v struct {
+		RTTMS    float64 `json:"rtt_ms"`
+		JitterMS float64 `json:"jitter_ms"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("bench: S3 latency: %w", err)
+	}
+	l.RTT, l.Jitter = time.Duration(v.RTTMS*float64(time.Millisecond)), time.Duration(v.JitterMS*float64(time.Millisecond))
+	return nil
 }
 
 // String renders the latency as ParseS3Latency reads it.
