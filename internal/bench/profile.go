@@ -172,15 +172,11 @@ func latencyProfile(ctx context.Context, e *env, l S3Latency) (*LatencyProfile, 
 		}
 		return h.RegisterFunc(typeProfileNoop, func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
 	}
-	rs, _, err := c.startRunners(ctx, 1, register)
+	rs, tc, err := c.runnersAndClient(ctx, 1, register)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx)
-	if err != nil {
-		return nil, err
-	}
 	rtt := l.RTT + l.Jitter/2 // the mean round trip
 	inRTT := func(msv float64) float64 { return round(msv/ms(rtt), 2) }
 	p := &LatencyProfile{S3Latency: l, Shards: taskShards}

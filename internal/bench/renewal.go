@@ -94,15 +94,11 @@ func runRenewal(ctx context.Context, e *env) (Result, error) {
 			return nil, nil
 		})
 	}
-	rs, _, err := c.startRunners(ctx, 1, long)
+	rs, tc, err := c.runnersAndClient(ctx, 1, long)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx)
-	if err != nil {
-		return nil, err
-	}
 	res := &RenewalResult{LeaseMS: ms(renewalLease), HandlerMS: ms(hold), InputBytes: renewalInputBytes}
 	before := wire.Counts()
 	input := json.RawMessage(fakeBody(renewalInputBytes))

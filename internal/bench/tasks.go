@@ -117,15 +117,11 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, s
 	noop := func(h *entity.Host) error {
 		return h.RegisterFunc(typeNoop, func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
 	}
-	rs, _, err := c.startRunners(ctx, n, noop)
+	rs, tc, err := c.runnersAndClient(ctx, n, noop)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx)
-	if err != nil {
-		return nil, err
-	}
 	regs := registries(rs)
 	var rates []float64
 	for i := range e.trials {
@@ -201,6 +197,21 @@ func (c *cluster) startRunners(ctx context.Context, n int, register func(*entity
 		return nil, nil, err
 	}
 	return rs, ids, nil
+}
+
+// runnersAndClient starts n in-process runners (see startRunners) and a
+// task client of the cluster; the caller stops the runners.
+func (c *cluster) runnersAndClient(ctx context.Context, n int, register func(*entity.Host) error) ([]*inproc, *task.Client, error) {
+	rs, _, err := c.startRunners(ctx, n, register)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := c.client(ctx)
+	if err != nil {
+		stopRunners(rs)
+		return nil, nil, err
+	}
+	return rs, tc, nil
 }
 
 // stopRunners stops runners at once and waits for them.
@@ -293,15 +304,11 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 	}
 	started := make(chan time.Time)
 	ping := pingType(typePing, started)
-	rs, _, err := c.startRunners(ctx, 1, ping)
+	rs, tc, err := c.runnersAndClient(ctx, 1, ping)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx)
-	if err != nil {
-		return nil, err
-	}
 	n := pick(e.o, 200, 20)
 	res := &LatencyResult{Shards: taskShards, Tasks: n, Warmup: latencyWarmup}
 	if res.Trials, err = submitToStart(ctx, tc, typePing, started, latencyWarmup, n, startWithin, rs[0].logPath); err != nil {
