@@ -12,8 +12,8 @@ import (
 
 const benchLong = `Runs benchmark scenarios on loopback: it starts an embedded etcd and an
 embedded S3 server (VersityGW) itself, then runners in this process or as
-child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes three to
-four minutes on two cores; --quick runs a smoke version in under a minute.
+child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes four to
+five minutes on two cores; --quick runs a smoke version in under a minute.
 See BENCHMARKS.md for what each scenario measures. -o json prints one JSON
 object with every figure instead of a table.
 
