@@ -12,8 +12,8 @@ import (
 
 const benchLong = `Runs benchmark scenarios on loopback: it starts an embedded etcd and an
 embedded S3 server (VersityGW) itself, then runners in this process or as
-child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes three to
-four minutes on two cores; --quick runs a smoke version in under a minute.
+child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes four to
+five minutes on two cores; --quick runs a smoke version in under a minute.
 See BENCHMARKS.md for what each scenario measures. -o json prints one JSON
 object with every figure instead of a table.
 
@@ -21,8 +21,12 @@ scenarios:
   failover    SIGKILL 1 of 3 runner processes: time until its shards are re-owned
   handoff     SIGTERM 1 of 3 runner processes: time until its shards are re-owned
   detach      partition a runner from etcd: detach time relative to deadline − margin
-  throughput  no-op tasks/s with 1 and 3 runners
+  throughput  no-op tasks/s with 1 and 3 runners, and as a ratio of the S3 server's own
+              rate for the same requests (its ceiling), measured in the same run
   latency     submit → handler start, p50 and p99
+  latency-profile
+              with a simulated S3 round trip (20ms and 5ms, or --s3-latency): submit → start,
+              tasks/s of one runner, one entity's FIFO rate, each in round trips
   s3cost      S3 requests per task and idle per minute; monthly cost estimate
   assign      compute time of the shard assignment by shards × runners
   call        entity calls/s and latency, remote and local, by callers (1, 16, 64);
@@ -36,6 +40,7 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 		trials int
 		data   string
 		quick  bool
+		s3lat  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO... | all",
@@ -52,6 +57,13 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 				return usagef("--trials %d: must be in [1, %d]", trials, bench.MaxTrials)
 			}
 			o := cli.benchBase
+			if s3lat != "" {
+				l, err := bench.ParseS3Latency(s3lat)
+				if err != nil {
+					return usagef("--s3-latency: %w", err)
+				}
+				o.S3Latency = &l
+			}
 			o.Scenarios, o.Trials, o.Quick, o.DataDir = args, trials, quick, data
 			o.Progress, o.Version = cli.Stderr, cli.Version
 			return runBench(cmd.Context(), cli, o, cli.wantJSON(cmd))
@@ -61,6 +73,7 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 	fs.IntVar(&trials, "trials", 0, fmt.Sprintf("trials per scenario (default %d, %d with --quick)", bench.DefaultTrials, bench.QuickTrials))
 	fs.StringVar(&data, "data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
 	fs.BoolVar(&quick, "quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
+	fs.StringVar(&s3lat, "s3-latency", "", "simulated S3 round trip on the runners' and submitters' requests, RTT[,jitter=J] (e.g. 20ms,jitter=10ms); latency-profile measures this one instead of 20ms and 5ms")
 	addJSONAlias(cmd)
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,14 +26,23 @@ type benchOutput struct {
 		OS   string `json:"os"`
 		Arch string `json:"arch"`
 	} `json:"machine"`
-	Started   time.Time `json:"started"`
+	Started  time.Time `json:"started"`
+	Settings struct {
+		S3Latency *struct {
+			RTTMS    float64 `json:"rtt_ms"`
+			JitterMS float64 `json:"jitter_ms"`
+		} `json:"s3_latency"`
+	} `json:"settings"`
 	Scenarios struct {
-		Failover *bench.HandoverResult `json:"failover"`
-		Handoff  *bench.HandoverResult `json:"handoff"`
-		Detach   *bench.DetachResult   `json:"detach"`
-		Latency  *bench.LatencyResult  `json:"latency"`
-		S3Cost   *bench.S3CostResult   `json:"s3cost"`
-		Assign   *bench.AssignResult   `json:"assign"`
+		Throughput     *bench.ThroughputResult     `json:"throughput"`
+		LatencyProfile *bench.LatencyProfileResult `json:"latency-profile"`
+		Renewal        *bench.RenewalResult        `json:"renewal"`
+		Failover       *bench.HandoverResult       `json:"failover"`
+		Handoff        *bench.HandoverResult       `json:"handoff"`
+		Detach         *bench.DetachResult         `json:"detach"`
+		Latency        *bench.LatencyResult        `json:"latency"`
+		S3Cost         *bench.S3CostResult         `json:"s3cost"`
+		Assign         *bench.AssignResult         `json:"assign"`
 	} `json:"scenarios"`
 }
 
@@ -85,6 +95,10 @@ func TestBenchArgs(t *testing.T) {
 		{[]string{"assign", "--trials", "-1"}, "--trials -1", nil},
 		{[]string{"assign", "--trials", "1000"}, "--trials 1000", nil},
 		{[]string{"assign", "--trials", "x"}, "invalid argument", nil},
+		{[]string{"latency-profile", "--s3-latency", "20"}, "--s3-latency", bench.ErrInvalidOptions},
+		{[]string{"latency-profile", "--s3-latency", "20ms,jit=1ms"}, "jitter=DURATION", bench.ErrInvalidOptions},
+		{[]string{"latency-profile", "--s3-latency", "-5ms"}, "positive", bench.ErrInvalidOptions},
+		{[]string{"latency-profile", "--s3-latency", "1h"}, "at most", bench.ErrInvalidOptions},
 	} {
 		_, _, err := runBenchCmd(ctx, t, bench.Options{}, tc.args...)
 		switch {
@@ -345,4 +359,45 @@ func TestBenchBinary(t *testing.T) {
 			t.Errorf("--data %s: %v", dir, err)
 		}
 	}
+}
+
+// TestBenchS3Latency runs throughput, latency-profile and renewal quickly
+// with --s3-latency: the ratio to the S3 ceiling is there with the mix it
+// replayed, latency-profile measures the one round trip given (no task
+// starts sooner than one round trip after its submit), and renewal counts
+// the bytes of a renewal PUT and reports what the server does with a
+// metadata-only copy.
+func TestBenchS3Latency(t *testing.T) {
+	infra := sharedInfra(t)
+	ctx := testCtx(t, 3*time.Minute)
+	stdout, stderr, err := runBenchCmd(ctx, t, bench.Options{Infra: infra}, "throughput", "latency-profile", "renewal",
+		"--quick", "--json", "--s3-latency", "5ms,jitter=2ms", "--data", filepath.Join(t.TempDir(), "data"))
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr)
+	}
+	out := decodeBench(t, stdout)
+	if l := out.Settings.S3Latency; l == nil || l.RTTMS != 5 || l.JitterMS != 2 {
+		t.Errorf("settings: S3 latency %+v, want 5ms with 2ms jitter", l)
+	}
+	th := out.Scenarios.Throughput
+	if th == nil || th.Ceiling == nil || th.CeilingTasksPerS <= 0 || th.Ratio <= 0 || th.Ratio3 <= 0 || len(th.Ceiling.Trials) != 1 ||
+		th.Ceiling.Workers < 1 || !slices.Contains(th.Ceiling.Sequence, "create") || th.PerTask["create"] != 1 {
+		t.Fatalf("throughput: %+v, ceiling %+v: want a ceiling with a ratio and the replayed mix", th, th.Ceiling)
+	}
+	if tr := th.Ceiling.Trials[0]; tr.Requests != tr.Tasks*len(th.Ceiling.Sequence) {
+		t.Errorf("ceiling trial %+v: %d requests on the wire, want %d per task-equivalent", tr, tr.Requests, len(th.Ceiling.Sequence))
+	}
+	t.Logf("throughput %.0f tasks/s, ceiling %.0f task-equivalents/s of %v: ratio %.2f", th.OneRunner, th.CeilingTasksPerS, th.Ceiling.Sequence, th.Ratio)
+	lp := out.Scenarios.LatencyProfile
+	if lp == nil || len(lp.Profiles) != 1 || lp.Profiles[0].S3Latency.RTT != 5*time.Millisecond || lp.Profiles[0].SubmitToStart.P50MS < 5 {
+		t.Fatalf("latency-profile: %+v, want one profile at 5ms with p50 ≥ 5ms", lp)
+	}
+	r := out.Scenarios.Renewal
+	if r == nil || r.Renewals < 1 || r.PutBodyBytes < r.InputBytes || r.PutSentBytes <= r.PutBodyBytes || r.Decision == "" {
+		t.Fatalf("renewal: %+v, want renewals of the whole task object counted in bytes, and a decision", r)
+	}
+	if c := r.Copy; !c.Supported || !c.StaleRefused || c.Calls < 1 || c.CopySentBytes <= 0 || c.CopySentBytes >= r.PutSentBytes {
+		t.Errorf("metadata-only copy on VersityGW: %+v, want it supported, a stale ETag refused and fewer bytes sent than a PUT", c)
+	}
+	t.Logf("renewal: %d PUTs of %d bytes; copy %+v; %s", r.Renewals, r.PutSentBytes, r.Copy, r.Decision)
 }

@@ -53,21 +53,26 @@ type Settings struct {
 	Trials     int     `json:"trials"`
 	Quick      bool    `json:"quick"`
 	LeaseTTLMS float64 `json:"lease_ttl_ms"`
-	Etcd       string  `json:"etcd"`
-	S3         string  `json:"s3"`
+	// S3Latency is the simulated round trip on the runners' and
+	// submitters' S3 requests (--s3-latency), if any.
+	S3Latency *S3Latency `json:"s3_latency,omitempty"`
+	Etcd      string     `json:"etcd"`
+	S3        string     `json:"s3"`
 }
 
 // scenarioFuncs runs each scenario.
 var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
-	ScenarioFailover:   runFailover,
-	ScenarioHandoff:    runHandoff,
-	ScenarioDetach:     runDetach,
-	ScenarioThroughput: runThroughput,
-	ScenarioLatency:    runLatency,
-	ScenarioS3Cost:     runS3Cost,
-	ScenarioAssign:     runAssign,
-	ScenarioCall:       runCall,
-	ScenarioState:      runState,
+	ScenarioFailover:       runFailover,
+	ScenarioHandoff:        runHandoff,
+	ScenarioDetach:         runDetach,
+	ScenarioThroughput:     runThroughput,
+	ScenarioLatency:        runLatency,
+	ScenarioLatencyProfile: runLatencyProfile,
+	ScenarioS3Cost:         runS3Cost,
+	ScenarioRenewal:        runRenewal,
+	ScenarioAssign:         runAssign,
+	ScenarioCall:           runCall,
+	ScenarioState:          runState,
 }
 
 // Run runs the selected scenarios one after the other and returns their
@@ -97,7 +102,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		Machine:   machine(),
 		Version:   o.Version,
 		Started:   time.Now().UTC().Truncate(time.Second),
-		Settings:  Settings{Trials: e.trials, Quick: o.Quick, LeaseTTLMS: ms(LeaseTTL)},
+		Settings:  Settings{Trials: e.trials, Quick: o.Quick, LeaseTTLMS: ms(LeaseTTL), S3Latency: o.S3Latency},
 		Scenarios: map[string]Result{},
 	}
 	if o.Infra != nil {
@@ -183,6 +188,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Settings.Quick {
 		b.WriteString(", quick")
 	}
+	if l := r.Settings.S3Latency; l != nil {
+		fmt.Fprintf(&b, ", S3 round trip %s", l)
+	}
 	b.WriteString("\n")
 	for _, name := range Names() {
 		res, ok := r.Scenarios[name]
@@ -221,11 +229,18 @@ func (r *DetachResult) rows() []row {
 }
 
 func (r *ThroughputResult) rows() []row {
-	return []row{
+	rows := []row{
 		{"1 runner", fmt.Sprintf("%.0f tasks/s", r.OneRunner)},
 		{"3 runners", fmt.Sprintf("%.0f tasks/s", r.ThreeRunners)},
 		{"batches", fmt.Sprintf("%d no-op tasks from %d goroutines, %d shards", r.TasksPerTrial, r.Submitters, r.Shards)},
+		{"per task on the wire", describeOps(r.PerTask)},
 	}
+	if c := r.Ceiling; c != nil {
+		rows = append(rows,
+			row{"S3 ceiling, same mix", fmt.Sprintf("%.0f task-equivalents/s (%.0f requests/s) from %d workers: %s", c.TasksPerS, c.OpsPerS, c.Workers, strings.Join(c.Sequence, " "))},
+			row{"ratio to the ceiling", fmt.Sprintf("%.2f with 1 runner, %.2f with 3", r.Ratio, r.Ratio3)})
+	}
+	return rows
 }
 
 func (r *LatencyResult) rows() []row {

@@ -39,10 +39,20 @@ type cluster struct {
 func (e *env) Cleanup(f func()) { e.onClose(f) }
 
 // newCluster creates a cluster of shards shards, with the bench's lease
-// TTL and the product's other defaults, and starts watching its locks.
+// TTL and the product's other defaults, and the run's S3 latency if any,
+// and starts watching its locks.
 func (e *env) newCluster(ctx context.Context, scenario string, shards int) (*cluster, error) {
+	return e.newClusterWith(ctx, scenario, shards, e.o.S3Latency)
+}
+
+// newClusterWith is newCluster with the S3 latency lat (nil: none) on the
+// S3 connections of its runners and clients.
+func (e *env) newClusterWith(ctx context.Context, scenario string, shards int, lat *S3Latency) (*cluster, error) {
 	in, err := e.servers(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if in.S3Endpoint, err = e.s3Endpoint(in, lat); err != nil {
 		return nil, err
 	}
 	name := e.clusterName(scenario)

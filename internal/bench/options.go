@@ -20,6 +20,11 @@ const (
 	ScenarioAssign     = "assign"
 	ScenarioCall       = "call"
 	ScenarioState      = "state"
+	// ScenarioLatencyProfile is the task path under a simulated S3 round
+	// trip.
+	ScenarioLatencyProfile = "latency-profile"
+	// ScenarioRenewal is the cost of renewing a long task's claim.
+	ScenarioRenewal = "renewal"
 	// All selects every scenario.
 	All = "all"
 )
@@ -27,7 +32,7 @@ const (
 // Names returns every scenario name in the order a run takes them.
 func Names() []string {
 	return []string{ScenarioFailover, ScenarioHandoff, ScenarioDetach, ScenarioThroughput,
-		ScenarioLatency, ScenarioS3Cost, ScenarioAssign, ScenarioCall, ScenarioState}
+		ScenarioLatency, ScenarioLatencyProfile, ScenarioS3Cost, ScenarioRenewal, ScenarioAssign, ScenarioCall, ScenarioState}
 }
 
 // Defaults of a run.
@@ -79,6 +84,10 @@ type Options struct {
 	Progress io.Writer
 	// Version is recorded in the report.
 	Version string
+	// S3Latency, when set, puts a simulated round trip on every S3
+	// request of the runners and submitters of every scenario, and is the
+	// one profile latency-profile measures (instead of its defaults).
+	S3Latency *S3Latency
 }
 
 // Infra is an etcd and an S3 server to run against instead of embedded
@@ -128,6 +137,11 @@ func (o Options) Validate() error {
 	}
 	if o.Trials < 0 || o.Trials > MaxTrials {
 		return fmt.Errorf("%w: Trials = %d: must be in [1, %d] (0: the default)", ErrInvalidOptions, o.Trials, MaxTrials)
+	}
+	if l := o.S3Latency; l != nil {
+		if err := l.validate(); err != nil {
+			return fmt.Errorf("%w: S3Latency %s: %v", ErrInvalidOptions, l, err)
+		}
 	}
 	if i := o.Infra; i != nil {
 		switch {

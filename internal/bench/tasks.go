@@ -11,6 +11,8 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/s3count"
+	"github.com/tenurehq/tenure/runner"
 )
 
 // Task scenario settings.
@@ -33,7 +35,12 @@ const (
 
 // ThroughputResult holds the figures of throughput: completed no-op tasks
 // per second (first submit to last completion) with one and three
-// in-process runners, submitted from several goroutines.
+// in-process runners, submitted from several goroutines, and the same
+// S3 server's own rate for the request mix of those tasks (Ceiling): the
+// ratio is Tenure's share of what the server could do. Runners and
+// submitters reach S3 through one counting proxy, which counts the mix
+// on the wire; the ceiling goes through the same kind of proxy, so the
+// proxy's cost is on both sides of the ratio.
 type ThroughputResult struct {
 	Shards        int               `json:"shards"`
 	Submitters    int               `json:"submitters"`
@@ -41,6 +48,15 @@ type ThroughputResult struct {
 	OneRunner     float64           `json:"tasks_per_s_1_runner"`  // median over trials
 	ThreeRunners  float64           `json:"tasks_per_s_3_runners"` // median over trials
 	Trials        []ThroughputTrial `json:"trials"`
+	// PerTask is the requests per task on the wire over every trial, by
+	// operation (runners and submitters together).
+	PerTask map[string]float64 `json:"per_task"`
+	// CeilingTasksPerS is Ceiling.TasksPerS; Ratio is OneRunner over it,
+	// Ratio3 ThreeRunners over it.
+	CeilingTasksPerS float64  `json:"ceiling_tasks_per_s"`
+	Ratio            float64  `json:"ratio"`
+	Ratio3           float64  `json:"ratio_3_runners"`
+	Ceiling          *Ceiling `json:"ceiling"`
 }
 
 // ThroughputTrial is one batch.
@@ -49,12 +65,24 @@ type ThroughputTrial struct {
 	Tasks     int     `json:"tasks"`
 	ElapsedMS float64 `json:"elapsed_ms"`
 	TasksPerS float64 `json:"tasks_per_s"`
+	// PeakInFlight is the largest number of S3 requests in flight at once
+	// during the batch, on the wire.
+	PeakInFlight int `json:"peak_in_flight"`
+}
+
+// throughputCounts are the wire counts of the trials so far, for the
+// ceiling.
+type throughputCounts struct {
+	counts s3count.Counts
+	tasks  int
+	peak   int // the largest PeakInFlight
 }
 
 func runThroughput(ctx context.Context, e *env) (Result, error) {
 	res := &ThroughputResult{Shards: taskShards, Submitters: submitters, TasksPerTrial: pick(e.o, 500, 100)}
+	seen := &throughputCounts{counts: s3count.Counts{}}
 	for _, n := range []int{1, 3} {
-		rates, err := throughputWith(ctx, e, n, res)
+		rates, err := throughputWith(ctx, e, n, res, seen, n == 3)
 		if err != nil {
 			return nil, err
 		}
@@ -64,26 +92,36 @@ func runThroughput(ctx context.Context, e *env) (Result, error) {
 			res.ThreeRunners = round(median(rates), 1)
 		}
 	}
+	res.PerTask = res.Ceiling.Mix
+	res.CeilingTasksPerS = res.Ceiling.TasksPerS
+	if c := res.CeilingTasksPerS; c > 0 {
+		res.Ratio, res.Ratio3 = round(res.OneRunner/c, 3), round(res.ThreeRunners/c, 3)
+	}
+	e.logf("throughput: 1 runner %.0f tasks/s = %.2f of the S3 ceiling, %.0f task-equivalents/s", res.OneRunner, res.Ratio, res.CeilingTasksPerS)
 	return res, nil
 }
 
-func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult) ([]float64, error) {
+// throughputWith runs the trials of n runners, adding their wire counts
+// to seen; with ceiling, it then stops the runners and measures the S3
+// ceiling of every trial's mix through the same proxy.
+func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, seen *throughputCounts, ceiling bool) ([]float64, error) {
 	c, err := e.newCluster(ctx, fmt.Sprintf("%s%d", ScenarioThroughput, n), taskShards)
 	if err != nil {
 		return nil, err
 	}
+	wire, err := c.countingProxy()
+	if err != nil {
+		return nil, err
+	}
+	c.overrides = append(c.overrides, "s3.endpoint="+wire.URL())
 	noop := func(h *entity.Host) error {
 		return h.RegisterFunc(typeNoop, func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
 	}
-	rs, _, err := c.startRunners(ctx, n, noop)
+	rs, tc, err := c.runnersAndClient(ctx, n, noop)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx)
-	if err != nil {
-		return nil, err
-	}
 	regs := registries(rs)
 	var rates []float64
 	for i := range e.trials {
@@ -91,20 +129,45 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult) (
 		if err != nil {
 			return nil, err
 		}
+		before := wire.Counts()
+		wire.TakePeakInFlight()
 		start := time.Now()
-		if err := submitBatch(ctx, tc, typeNoop, res.TasksPerTrial); err != nil {
+		if err := submitBatch(ctx, tc, typeNoop, res.TasksPerTrial, submitters); err != nil {
 			return nil, err
 		}
 		if err := waitCompleted(ctx, rs, typeNoop, base+float64(res.TasksPerTrial), batchWithin); err != nil {
 			return nil, err
 		}
 		d := time.Since(start)
+		peak := wire.TakePeakInFlight()
+		// The ready pointers are deleted after the completing commits:
+		// count the batch's requests once they are all on the wire.
+		if err := waitOps(ctx, wire, before, s3count.OpDelete, res.TasksPerTrial, 10*time.Second); err != nil {
+			return nil, err
+		}
+		seen.counts = seen.counts.Add(wire.Counts().Sub(before))
+		seen.tasks += res.TasksPerTrial
+		seen.peak = max(seen.peak, peak)
 		rate := float64(res.TasksPerTrial) / d.Seconds()
-		res.Trials = append(res.Trials, ThroughputTrial{Runners: n, Tasks: res.TasksPerTrial, ElapsedMS: ms(d), TasksPerS: round(rate, 1)})
+		res.Trials = append(res.Trials, ThroughputTrial{Runners: n, Tasks: res.TasksPerTrial, ElapsedMS: ms(d), TasksPerS: round(rate, 1), PeakInFlight: peak})
 		rates = append(rates, rate)
-		e.logf("throughput: %d runner(s), trial %d/%d: %d tasks in %s: %.0f tasks/s", n, i+1, e.trials, res.TasksPerTrial, d.Round(time.Millisecond), rate)
+		e.logf("throughput: %d runner(s), trial %d/%d: %d tasks in %s: %.0f tasks/s (%d S3 requests in flight at most)", n, i+1, e.trials, res.TasksPerTrial, d.Round(time.Millisecond), rate, peak)
 	}
-	return rates, nil
+	if !ceiling {
+		return rates, nil
+	}
+	stopRunners(rs)
+	cfg, err := c.config("bench-ceiling", "s3.endpoint="+wire.URL())
+	if err != nil {
+		return nil, err
+	}
+	res.Ceiling = newCeiling(seen.counts, seen.tasks, seen.peak)
+	res.Ceiling.wire, res.Ceiling.keyPrefix = wire, "ceiling/"
+	if res.Ceiling.store, err = runner.NewObjectStore(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("bench: S3 ceiling: %w", err)
+	}
+	e.logf("throughput: S3 ceiling of one task's requests %v from %d workers", res.Ceiling.Sequence, res.Ceiling.Workers)
+	return rates, res.Ceiling.run(ctx, e, res.TasksPerTrial)
 }
 
 // startRunners starts n in-process runners b1…bn and waits for the
@@ -136,6 +199,21 @@ func (c *cluster) startRunners(ctx context.Context, n int, register func(*entity
 	return rs, ids, nil
 }
 
+// runnersAndClient starts n in-process runners (see startRunners) and a
+// task client of the cluster; the caller stops the runners.
+func (c *cluster) runnersAndClient(ctx context.Context, n int, register func(*entity.Host) error) ([]*inproc, *task.Client, error) {
+	rs, _, err := c.startRunners(ctx, n, register)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := c.client(ctx)
+	if err != nil {
+		stopRunners(rs)
+		return nil, nil, err
+	}
+	return rs, tc, nil
+}
+
 // stopRunners stops runners at once and waits for them.
 func stopRunners(rs []*inproc) {
 	var wg sync.WaitGroup
@@ -146,15 +224,15 @@ func stopRunners(rs []*inproc) {
 	wg.Wait()
 }
 
-// submitBatch submits n tasks of typ from the submitter goroutines.
-func submitBatch(ctx context.Context, tc *task.Client, typ string, n int) error {
-	errs := make(chan error, submitters)
+// submitBatch submits n tasks of typ from g goroutines.
+func submitBatch(ctx context.Context, tc *task.Client, typ string, n, goroutines int) error {
+	errs := make(chan error, goroutines)
 	var wg sync.WaitGroup
-	for g := range submitters {
+	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := g; i < n; i += submitters {
+			for i := g; i < n; i += goroutines {
 				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typ})
 				cancel()
@@ -225,45 +303,16 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 		return nil, err
 	}
 	started := make(chan time.Time)
-	ping := func(h *entity.Host) error {
-		return h.RegisterFunc(typePing, func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
-			at := time.Now()
-			select {
-			case started <- at:
-			case <-ctx.Done():
-			}
-			return nil, nil
-		})
-	}
-	rs, _, err := c.startRunners(ctx, 1, ping)
+	ping := pingType(typePing, started)
+	rs, tc, err := c.runnersAndClient(ctx, 1, ping)
 	if err != nil {
 		return nil, err
 	}
 	defer stopRunners(rs)
-	tc, err := c.client(ctx)
-	if err != nil {
-		return nil, err
-	}
 	n := pick(e.o, 200, 20)
 	res := &LatencyResult{Shards: taskShards, Tasks: n, Warmup: latencyWarmup}
-	for i := range latencyWarmup + n {
-		t0 := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typePing})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("bench: latency: submit: %w", err)
-		}
-		select {
-		case at := <-started:
-			if i >= latencyWarmup {
-				res.Trials = append(res.Trials, ms(at.Sub(t0)))
-			}
-		case <-time.After(startWithin):
-			return nil, fmt.Errorf("bench: latency: task %d did not start within %s (log %s)", i+1, startWithin, rs[0].logPath)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if res.Trials, err = submitToStart(ctx, tc, typePing, started, latencyWarmup, n, startWithin, rs[0].logPath); err != nil {
+		return nil, fmt.Errorf("bench: latency: %w", err)
 	}
 	// Let the last outcome commit before the runner stops.
 	if err := waitCompleted(ctx, rs, typePing, float64(latencyWarmup+n), startWithin); err != nil {
@@ -273,4 +322,46 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 	res.MaxMS, res.MeanMS = maxOf(res.Trials), round(mean(res.Trials), 3)
 	e.logf("latency: %d tasks: p50 %.2fms p99 %.2fms", n, res.P50MS, res.P99MS)
 	return res, nil
+}
+
+// pingType registers typ, whose handler sends its start time on started.
+func pingType(typ string, started chan<- time.Time) func(*entity.Host) error {
+	return func(h *entity.Host) error {
+		return h.RegisterFunc(typ, func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			at := time.Now()
+			select {
+			case started <- at:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		})
+	}
+}
+
+// submitToStart submits warmup + n tasks of typ one at a time, each after
+// the previous one started (its handler sends its start on started), and
+// returns the n measured latencies from the submit call to the handler's
+// start, in ms.
+func submitToStart(ctx context.Context, tc *task.Client, typ string, started <-chan time.Time, warmup, n int, within time.Duration, logPath string) ([]float64, error) {
+	var out []float64
+	for i := range warmup + n {
+		t0 := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typ})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+		select {
+		case at := <-started:
+			if i >= warmup {
+				out = append(out, ms(at.Sub(t0)))
+			}
+		case <-time.After(within):
+			return nil, fmt.Errorf("task %d did not start within %s (log %s)", i+1, within, logPath)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
 }

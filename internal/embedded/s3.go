@@ -106,7 +106,9 @@ func startS3(c S3Config) (*S3, error) {
 		}
 		// The gateway shuts its backend down when it exits, so every attempt
 		// needs a fresh one.
-		be, err := posix.New(dataDir, store, posix.PosixOpts{})
+		// CopyObjectThreshold is VersityGW's CLI default (S3's own 5 GiB
+		// limit for a single CopyObject); the zero value refuses every copy.
+		be, err := posix.New(dataDir, store, posix.PosixOpts{CopyObjectThreshold: 5 << 30})
 		if err != nil {
 			return nil, fmt.Errorf("embedded: s3: posix backend at %s: %w", dataDir, err)
 		}

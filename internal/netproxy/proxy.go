@@ -105,6 +105,11 @@ func (p *Proxy) SetMode(m Mode) {
 }
 
 // SetDelay delays every forwarded chunk by d (a slow link); 0 disables.
+// The delay is per chunk read, and the chunks of one direction of a
+// connection are delayed one after the other: a message that arrives in k
+// reads takes about k×d, not d. That suits stalling a connection (the
+// fault tests); it does not model a round trip — for that, see
+// s3count.WithLatency, which delays each HTTP request and answer once.
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

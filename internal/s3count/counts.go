@@ -28,10 +28,21 @@ type Counts struct {
 	// Status counts the answers by operation and HTTP status; a request
 	// that got no answer counts under status 0.
 	Status map[Op]map[int]int `json:"status,omitempty"`
+	// SentBytes are the bytes of the requests as HTTP/1.1 puts them on the
+	// wire: request line, headers (as Go serialises them: close to, not
+	// exactly, what the client sent) and body.
+	SentBytes map[Op]int `json:"sent_bytes,omitempty"`
+	// BodyBytes are the requests' body bytes alone (the part of SentBytes
+	// a metadata-only request saves).
+	BodyBytes map[Op]int `json:"body_bytes,omitempty"`
+	// ReceivedBytes are the bytes of the answers the proxy passed back:
+	// status line, headers and body.
+	ReceivedBytes map[Op]int `json:"received_bytes,omitempty"`
 }
 
 func newCounts() Counts {
-	return Counts{Requests: map[Op]int{}, Retries: map[Op]int{}, Failed: map[Op]int{}, Injected: map[Op]int{}, Status: map[Op]map[int]int{}}
+	return Counts{Requests: map[Op]int{}, Retries: map[Op]int{}, Failed: map[Op]int{}, Injected: map[Op]int{}, Status: map[Op]map[int]int{},
+		SentBytes: map[Op]int{}, BodyBytes: map[Op]int{}, ReceivedBytes: map[Op]int{}}
 }
 
 func (c Counts) clone() Counts {
@@ -39,7 +50,8 @@ func (c Counts) clone() Counts {
 	for op, m := range c.Status {
 		st[op] = maps.Clone(m)
 	}
-	return Counts{Requests: maps.Clone(c.Requests), Retries: maps.Clone(c.Retries), Failed: maps.Clone(c.Failed), Injected: maps.Clone(c.Injected), Status: st}
+	return Counts{Requests: maps.Clone(c.Requests), Retries: maps.Clone(c.Retries), Failed: maps.Clone(c.Failed), Injected: maps.Clone(c.Injected), Status: st,
+		SentBytes: maps.Clone(c.SentBytes), BodyBytes: maps.Clone(c.BodyBytes), ReceivedBytes: maps.Clone(c.ReceivedBytes)}
 }
 
 // Answered returns the number of requests of op answered with status.
@@ -81,7 +93,8 @@ func (c Counts) Sub(before Counts) Counts {
 		return out
 	}
 	return Counts{Requests: sub(c.Requests, before.Requests), Retries: sub(c.Retries, before.Retries),
-		Failed: sub(c.Failed, before.Failed), Injected: sub(c.Injected, before.Injected), Status: combine(c.Status, before.Status, -1)}
+		Failed: sub(c.Failed, before.Failed), Injected: sub(c.Injected, before.Injected), Status: combine(c.Status, before.Status, -1),
+		SentBytes: sub(c.SentBytes, before.SentBytes), BodyBytes: sub(c.BodyBytes, before.BodyBytes), ReceivedBytes: sub(c.ReceivedBytes, before.ReceivedBytes)}
 }
 
 // Add returns c + other, operation by operation.
@@ -97,7 +110,8 @@ func (c Counts) Add(other Counts) Counts {
 		return out
 	}
 	return Counts{Requests: add(c.Requests, other.Requests), Retries: add(c.Retries, other.Retries),
-		Failed: add(c.Failed, other.Failed), Injected: add(c.Injected, other.Injected), Status: combine(c.Status, other.Status, 1)}
+		Failed: add(c.Failed, other.Failed), Injected: add(c.Injected, other.Injected), Status: combine(c.Status, other.Status, 1),
+		SentBytes: add(c.SentBytes, other.SentBytes), BodyBytes: add(c.BodyBytes, other.BodyBytes), ReceivedBytes: add(c.ReceivedBytes, other.ReceivedBytes)}
 }
 
 // Total returns the number of requests.

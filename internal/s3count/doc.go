@@ -13,6 +13,10 @@
 // test can make the SDK retry and see the retry counted, or make an
 // outcome unknown to the client.
 //
+// It also counts the bytes of requests and answers by operation, the peak
+// number of requests in flight, and can simulate a network round trip per
+// request (WithLatency), for `tenure bench --s3-latency`.
+//
 // It has no testing dependency, so that both tests and `tenure bench` can
 // use it.
 package s3count

@@ -88,9 +88,13 @@ type Proxy struct {
 	rp     *httputil.ReverseProxy
 	decide func(Request) Fault
 	done   chan struct{}
+	// rtt and jitter are the simulated round trip (WithLatency).
+	rtt, jitter time.Duration
 
-	mu     sync.Mutex
-	counts Counts
+	mu       sync.Mutex
+	counts   Counts
+	inFlight int // requests being served
+	peak     int // the largest inFlight since the last TakePeakInFlight
 }
 
 // New starts a proxy to target, the S3 endpoint's base URL
@@ -116,6 +120,7 @@ func New(target string, opts ...Option) (*Proxy, error) {
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       30 * time.Second,
 	}
+	p.rp.ModifyResponse = func(resp *http.Response) error { return holdAnswer(resp.Request.Context()) }
 	p.rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		// The target did not answer: the client sees a 502, counted failed.
 		w.WriteHeader(http.StatusBadGateway)
@@ -141,6 +146,17 @@ func (p *Proxy) Counts() Counts {
 	return p.counts.clone()
 }
 
+// TakePeakInFlight returns the largest number of requests the proxy
+// served at once since the previous call (or since it started), and
+// starts the next period from the number in flight now.
+func (p *Proxy) TakePeakInFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	peak := p.peak
+	p.peak = p.inFlight
+	return peak
+}
+
 // Close stops the proxy and closes its connections. It is idempotent.
 func (p *Proxy) Close() error {
 	err := p.srv.Close()
@@ -156,6 +172,23 @@ func (p *Proxy) Close() error {
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	req := Request{Op: Classify(r), Method: r.Method, Path: r.URL.Path, Attempt: attempt(r)}
+	body := &countingBody{ReadCloser: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = body
+	}
+	head := requestHeadBytes(r)
+	p.mu.Lock()
+	p.inFlight++
+	p.peak = max(p.peak, p.inFlight)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inFlight--
+		n := int(body.n.Load())
+		p.counts.SentBytes[req.Op] += head + n
+		p.counts.BodyBytes[req.Op] += n
+		p.mu.Unlock()
+	}()
 	fault := Forward
 	if p.decide != nil {
 		fault = p.decide(req)
@@ -176,9 +209,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.mu.Unlock()
+	if fault != Reset {
+		ctx, err := p.holdRequest(r)
+		if err != nil {
+			reset(w)
+			return
+		}
+		r = r.WithContext(ctx)
+	}
 	switch fault {
 	case Fail503:
 		io.Copy(io.Discard, r.Body)
+		if holdAnswer(r.Context()) != nil {
+			reset(w)
+			return
+		}
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected by s3count</Message></Error>`)
@@ -200,6 +245,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		p.mu.Lock()
 		p.answeredLocked(req.Op, status)
+		p.counts.ReceivedBytes[req.Op] += sw.bytes
 		if status >= 500 || status == 0 {
 			p.counts.Failed[req.Op]++
 		}
@@ -241,24 +287,28 @@ func (p *Proxy) answeredLocked(op Op, status int) {
 	m[status]++
 }
 
-// statusWriter records the status of the answer.
+// statusWriter records the status and the size of the answer.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	bytes  int // status line, headers and body
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 {
 		s.status = code
+		s.bytes += responseHeadBytes(code, s.Header())
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
-		s.status = http.StatusOK
+		s.WriteHeader(http.StatusOK)
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += n
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer (the
