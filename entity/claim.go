@@ -208,6 +208,10 @@ func (e *shardExec) look(it *item, tries int) verdict {
 		// interruption and still runs here: never a second run.
 		return waitUntil(now.Latest().Add(500 * time.Millisecond))
 	}
+	s := &seen{now: now, readAt: readAt}
+	if v, ok := e.fromHint(it, s); ok {
+		return v
+	}
 	t, etag, err := e.h.tasks.Load(e.ctx, e.own.Shard, id)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
@@ -217,11 +221,60 @@ func (e *shardExec) look(it *item, tries int) verdict {
 	case err != nil:
 		return retry(err)
 	}
+	e.found(id)
+	s.t, s.etag = t, etag
+	return e.decideTask(it, s)
+}
+
+// found clears what was noted of task id while its object was missing.
+func (e *shardExec) found(id string) {
 	e.mu.Lock()
 	delete(e.orphans, id)
 	delete(e.rewoken, id)
 	e.mu.Unlock()
-	return e.decideTask(it, &seen{t: t, etag: etag, now: now, readAt: readAt})
+}
+
+// hintKeep is how far off a pointer's due time may be for its wake-up hint
+// to be kept while it waits: the S3 clock's uncertainty makes a task
+// submitted for now look due a few milliseconds late; a task delayed
+// further is read when it falls due, and its hint does not sit in memory.
+const hintKeep = time.Second
+
+// fromHint decides on the pointer's task as its wake-up hint carries it
+// (the version its submitter wrote, with its ETag), without reading it:
+// DESIGN §6, no GET on the happy path. It reports false, leaving the
+// decision to a read, when there is no hint or it does not decode to a
+// pending task under this pointer. The hint is used once (kept only while
+// the task is not due yet, see hintKeep): a lost claim race looks again by
+// reading.
+//
+// Why this is safe: a pending task under its own pointer can only be
+// claimed, waited for, forgotten (its type has no handler here) or failed
+// for want of attempts, and the claim and the failure are writes
+// conditional on the hint's ETag (If-Match), exactly as after a read. If
+// the task changed since the hint was written (a cancel, a replay, a claim
+// by a previous owner) its ETag changed and the write fails with 412,
+// after which the worker reads the task and decides afresh. The decisions
+// that would write without that condition (deleting or rewriting pointers
+// of finished or moved tasks) are never taken on a hint. Waiting and
+// forgetting only delay the task.
+func (e *shardExec) fromHint(it *item, s *seen) (verdict, bool) {
+	h := it.hint
+	it.hint = nil
+	if h == nil {
+		return verdict{}, false
+	}
+	t, etag, err := e.h.tasks.FromHint(it.ptr, *h)
+	if err != nil || t.Status != task.Pending || t.PointerKey() != it.ptr.Key {
+		return verdict{}, false
+	}
+	e.found(it.ptr.ID)
+	s.t, s.etag = t, etag
+	v := e.decideTask(it, s)
+	if v.do == actWait && v.at.Sub(s.now.Latest()) <= hintKeep {
+		it.hint = h
+	}
+	return v, true
 }
 
 // decideTask decides on a task that was read, by its pointer and its status.

@@ -84,7 +84,11 @@
 // works through the one dependency every runner already has, and etcd
 // delivers the bumps in commit order, so one submitter's tasks for an entity
 // are queued in submission order. The cost is one small etcd write per
-// submission.
+// submission. A submission's note also carries the task object as written
+// and its ETag (task.FormatWakeNote), so that the owner claims it with a
+// write conditional on that ETag without reading it first; a stale hint
+// loses that write (412) and the owner reads the task, as it does for a
+// note without a hint (see fromHint in claim.go).
 //
 // # Retention
 //

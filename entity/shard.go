@@ -82,6 +82,10 @@ type unit struct {
 // item is a known ready pointer.
 type item struct {
 	ptr task.Pointer
+	// hint, from the wake-up that queued the pointer, is the task as its
+	// submitter wrote it, for a claim without a read (see look). Only the
+	// worker holding the item uses it, and drops it once used.
+	hint *task.WakeHint
 }
 
 // mailbox serialises one entity's tasks, ordered by task id (submission
@@ -195,12 +199,13 @@ func (e *shardExec) run() {
 	}
 }
 
-// onWake queues the task a wake-up names, or pokes it if it is running (a
-// cancel request).
+// onWake queues the task a wake-up names, with the note's hint if any, or
+// pokes it if it is running (a cancel request).
 func (e *shardExec) onWake(note string) {
-	p, err := task.ParsePointer(note)
+	n, err := task.ParseWakeNote(note)
+	p := n.Pointer
 	if err != nil || p.Shard != e.own.Shard {
-		e.h.log.Debug("ignoring a wake-up that names no pointer of this shard", "shard", e.own.Shard.String(), "note", note)
+		e.h.log.Debug("ignoring a wake-up that names no pointer of this shard", "shard", e.own.Shard.String(), "err", err)
 		return
 	}
 	e.mu.Lock()
@@ -220,7 +225,7 @@ func (e *shardExec) onWake(note string) {
 		return
 	}
 	e.mu.Unlock()
-	e.add(p)
+	e.addHinted(p, n.Hint)
 }
 
 // hurryLocked makes the queued pointer of task id due now, if it is in the
@@ -259,14 +264,17 @@ func (e *shardExec) reconcile() {
 }
 
 // add queues a pointer unless its task is already known.
-func (e *shardExec) add(p task.Pointer) {
+func (e *shardExec) add(p task.Pointer) { e.addHinted(p, nil) }
+
+// addHinted is add with a wake-up's hint (nil if none) for the claim.
+func (e *shardExec) addHinted(p task.Pointer, hint *task.WakeHint) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.known[p.ID] {
 		return
 	}
 	e.known[p.ID] = true
-	heap.Push(&e.queue, &item{ptr: p})
+	heap.Push(&e.queue, &item{ptr: p, hint: hint})
 	e.h.metrics.queued.Inc()
 }
 

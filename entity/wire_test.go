@@ -17,6 +17,12 @@ import (
 // reporting to e.ops, the stores' own per-call count, for comparison (the
 // client's store does not). Call it before e.start.
 func (e *env) countOnWire(opts ...s3count.Option) (runners, clientWire *s3count.Proxy, client *task.Client) {
+	return e.countOnWireWith(nil, opts...)
+}
+
+// countOnWireWith is countOnWire, with cfg (if not nil) changing the
+// client's config before the client is made.
+func (e *env) countOnWireWith(cfg func(*task.ClientConfig), opts ...s3count.Option) (runners, clientWire *s3count.Proxy, client *task.Client) {
 	t := e.t
 	t.Helper()
 	s3 := testenv.SharedS3(t)
@@ -48,8 +54,11 @@ func (e *env) countOnWire(opts ...s3count.Option) (runners, clientWire *s3count.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { waker.Close() })
-	client, err = task.NewClient(task.NewStore(storeAt(clientWire), task.WithLogger(e.logs.logger("tasks"))),
-		task.ClientConfig{Shards: e.Meta.Shards, Waker: waker, Logger: e.logs.logger("client")})
+	ccfg := task.ClientConfig{Shards: e.Meta.Shards, Waker: waker, Logger: e.logs.logger("client")}
+	if cfg != nil {
+		cfg(&ccfg)
+	}
+	client, err = task.NewClient(task.NewStore(storeAt(clientWire), task.WithLogger(e.logs.logger("tasks"))), ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,12 @@ import (
 )
 
 // Waker tells a shard's owner that a task is ready now, so that it does not
-// wait for its next reconciliation. pointerKey is the task's ready pointer
-// (ParsePointer gives its id, due time and entity key). Implementations
-// deliver through etcd or a runner RPC; a lost wake-up only delays the task.
+// wait for its next reconciliation. note names the task's ready pointer and
+// may carry a hint for its claim (see FormatWakeNote; ParseWakeNote reads
+// it). Implementations deliver through etcd or a runner RPC, the note as an
+// opaque string; a lost wake-up only delays the task.
 type Waker interface {
-	Wake(ctx context.Context, shard storage.ShardID, pointerKey string) error
+	Wake(ctx context.Context, shard storage.ShardID, note string) error
 }
 
 // Client-side defaults.
@@ -43,6 +44,12 @@ type ClientConfig struct {
 	// Waker, optional, is told of every task made ready. Without it tasks
 	// start at their shard owner's next reconciliation.
 	Waker Waker
+	// PlainWakeNotes makes wake-ups name the ready pointer only, without
+	// the hint that lets the owner claim a submitted task without reading
+	// it (see FormatWakeNote). Runners from before hints ignore a hinted
+	// note, so their tasks wait for the next reconciliation: set it while
+	// such runners remain (a rolling upgrade). Default false.
+	PlainWakeNotes bool
 	// Tracer starts the submit span whose traceparent the task keeps.
 	// Default a no-op tracer (the caller's span context, if any, is still
 	// recorded).
@@ -146,7 +153,7 @@ func (c *Client) Cancel(ctx context.Context, ref string) (*Task, error) {
 		case t.Status.IsTerminal():
 			return t, t.refuse("cancel", ErrTerminal, time.Time{}, "")
 		case t.Status == Running && t.CancelRequested:
-			c.wake(ctx, t)
+			c.wake(ctx, t, nil)
 			return t, nil
 		}
 		now, err := c.store.Now(ctx)
@@ -167,7 +174,7 @@ func (c *Client) Cancel(ctx context.Context, ref string) (*Task, error) {
 		if t.Status == Cancelled {
 			c.deletePointer(ctx, pointer)
 		} else {
-			c.wake(ctx, t)
+			c.wake(ctx, t, nil)
 		}
 		return t, nil
 	}
@@ -216,7 +223,7 @@ func (c *Client) Replay(ctx context.Context, ref string) (*Task, error) {
 			return nil, err
 		}
 		cur = t
-		c.wake(ctx, t)
+		c.wake(ctx, t, nil)
 		return t, nil
 	}
 	return nil, &ContentionError{Op: "replay", Ref: ref, Tries: CASTries, Last: last}
@@ -246,14 +253,18 @@ func (c *Client) deletePointer(ctx context.Context, key string) {
 // wake tells the task's owner, best effort and bounded by
 // DefaultWakeTimeout: the task is durable already, and a lost wake-up only
 // delays it to the owner's next reconciliation, so failures are logged, not
-// returned.
-func (c *Client) wake(ctx context.Context, t *Task) {
+// returned. hint, if not nil, is the version of t just written, for the
+// owner to claim without reading it.
+func (c *Client) wake(ctx context.Context, t *Task, hint *WakeHint) {
 	if c.cfg.Waker == nil {
 		return
 	}
+	if c.cfg.PlainWakeNotes {
+		hint = nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultWakeTimeout)
 	defer cancel()
-	if err := c.cfg.Waker.Wake(ctx, t.Shard, t.PointerKey()); err != nil {
+	if err := c.cfg.Waker.Wake(ctx, t.Shard, FormatWakeNote(t.PointerKey(), hint)); err != nil {
 		trace.SpanFromContext(ctx).AddEvent("wake failed")
 		c.log.Warn("task: wake-up failed; the task starts at its shard owner's next reconciliation",
 			"task", t.Ref(), "err", err)

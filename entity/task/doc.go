@@ -63,7 +63,9 @@
 // # Submit
 //
 // Client.Submit writes the pointer, then creates the task with
-// If-None-Match, then wakes the shard's owner through a Waker. A crash
+// If-None-Match, then wakes the shard's owner through a Waker, with a note
+// carrying the task as written and its ETag (see FormatWakeNote), which
+// spares the owner the read before its claim. A crash
 // between the steps leaves at worst a pointer without a task, which the
 // owner deletes; a task is never left without a pointer (guarantee 3). A
 // caller-given id makes Submit idempotent.

@@ -29,6 +29,10 @@ var (
 	// ErrCorrupt reports a task object that does not decode or decodes to an
 	// invalid task. It wraps storage.ErrCorrupt, so both match.
 	ErrCorrupt = fmt.Errorf("task: corrupt task object: %w", storage.ErrCorrupt)
+	// ErrBadHint reports a wake-up hint whose body does not decode to the
+	// task its pointer names (see Store.FromHint). It says nothing about the
+	// task object: the reader falls back to reading it.
+	ErrBadHint = errors.New("task: unusable wake-up hint")
 	// ErrConflict reports a Submit whose caller-given id is already used by a
 	// task with a different type, entity or input; *ConflictError names the
 	// field.

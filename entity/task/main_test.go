@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,18 +54,29 @@ type wake struct {
 	Key   string
 }
 
-// fakeWaker records wake-ups and fails them with err when set.
+// fakeWaker records wake-ups (the pointer key each note names, and its
+// hint apart) and fails them with err when set.
 type fakeWaker struct {
 	mu    sync.Mutex
 	calls []wake
+	hints []*WakeHint // by call; nil for a note without one
 	err   error
 }
 
-func (w *fakeWaker) Wake(ctx context.Context, shard storage.ShardID, key string) error {
+func (w *fakeWaker) Wake(ctx context.Context, shard storage.ShardID, note string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	key, _, _ := strings.Cut(note, "\n")
+	n, _ := ParseWakeNote(note)
 	w.calls = append(w.calls, wake{shard, key})
+	w.hints = append(w.hints, n.Hint)
 	return w.err
+}
+
+func (w *fakeWaker) Hints() []*WakeHint {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*WakeHint(nil), w.hints...)
 }
 
 func (w *fakeWaker) Calls() []wake {

@@ -171,16 +171,28 @@ func (s *Store) Write(ctx context.Context, t *Task, etag string) (string, error)
 // ETag. An existing object gives an error matching ErrExists and
 // storage.ErrPrecondition.
 func (s *Store) Create(ctx context.Context, t *Task) (string, error) {
+	h, err := s.create(ctx, t)
+	return h.ETag, err
+}
+
+// create is Create, returning the body written with its ETag: what a
+// wake-up hint carries.
+func (s *Store) create(ctx context.Context, t *Task) (WakeHint, error) {
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("task: create %s refused: %w", t.Ref(), err)
+		return WakeHint{}, fmt.Errorf("task: create %s refused: %w", t.Ref(), err)
 	}
+	var written []byte
 	etag, err := s.put(ctx, t, func(key string, body []byte) (string, error) {
+		written = body
 		return s.obj.Create(ctx, key, body)
 	})
 	if errors.Is(err, storage.ErrPrecondition) {
-		return "", fmt.Errorf("%w: %s: %w", ErrExists, t.Ref(), err)
+		return WakeHint{}, fmt.Errorf("%w: %s: %w", ErrExists, t.Ref(), err)
 	}
-	return etag, err
+	if err != nil {
+		return WakeHint{}, err
+	}
+	return WakeHint{ETag: etag, Body: written}, nil
 }
 
 func (s *Store) put(ctx context.Context, t *Task, write func(key string, body []byte) (string, error)) (string, error) {

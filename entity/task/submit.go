@@ -92,7 +92,9 @@ func (c *Client) validate(req SubmitRequest) error {
 //  3. wake the owner, best effort: a failed wake-up is logged and recorded
 //     on the span, never returned, since the task starts at the owner's
 //     next reconciliation anyway and an error would invite a duplicate
-//     submit.
+//     submit The note carries the object just written and its ETag
+//     (for a small task; see FormatWakeNote), so that the owner can claim
+//     it with a conditional write without reading it first.
 //
 // If the id is taken (a caller-given id): a task with the same type, entity
 // and input (compared as JSON values) is returned with created = false; a
@@ -129,14 +131,14 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (_ *Task, create
 	if err := c.store.PutPointer(ctx, t); err != nil {
 		return nil, false, err
 	}
-	_, err = c.store.Create(ctx, t)
+	hint, err := c.store.create(ctx, t)
 	if errors.Is(err, ErrExists) {
 		return c.existing(ctx, t)
 	}
 	if err != nil {
 		return t, false, err
 	}
-	c.wake(ctx, t)
+	c.wake(ctx, t, &hint)
 	return t, true, nil
 }
 
