@@ -195,7 +195,7 @@ func newClient(cfg Config, meta storage.ClusterMeta, o clientOptions, log *slog.
 	store := task.NewStore(guardedObjects{obj, c.check}, task.WithMaxInputSize(cfg.Entity.MaxInputSize), task.WithLogger(log))
 	c.Client, err = task.NewClient(store, task.ClientConfig{
 		Group: group, Shards: meta.Shards, Waker: guardedWaker{waker, c.check},
-		Tracer: tracer, Defaults: o.defaults, Logger: log,
+		Tracer: tracer, Defaults: o.defaults, Logger: log, PlainWakeNotes: cfg.Entity.PlainWakeNotes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -400,5 +401,44 @@ func TestWithRegistryServesGatherer(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestPlainWakeNotes: entity.plain_wake_notes, for rolling upgrades from
+// runners that cannot read hinted notes, makes a client's submit wake the
+// owner with the bare pointer key; by default the note carries the task's
+// body and ETag. Read from etcd, where the owner would see it.
+func TestPlainWakeNotes(t *testing.T) {
+	ctx := testContext(t)
+	cfg := embedConfig(t, "", "client")
+	createMeta(t, cfg, 1)
+	etcdCli := testenv.SharedEtcd(t).Client(t)
+	wakeNote := func(extra ...string) (task.WakeNote, string) {
+		t.Helper()
+		c, err := runner.Connect(ctx, embedConfig(t, cfg.Cluster, "client", append([]string{"s3.bucket=" + cfg.S3.Bucket}, extra...)...), runner.WithClientLogger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		tk, _, err := c.Submit(ctx, task.SubmitRequest{Type: runner.TypeEcho, Input: json.RawMessage(`{"n":1}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := etcdCli.Get(ctx, runner.EtcdPrefix(cfg.Cluster)+"wake/"+tk.Shard.Group+"/"+strconv.Itoa(tk.Shard.Index))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("wake key of %s: %v (%d keys)", tk.Shard, err, len(resp.Kvs))
+		}
+		note := string(resp.Kvs[0].Value)
+		n, err := task.ParseWakeNote(note)
+		if err != nil || n.Pointer.ID != tk.ID {
+			t.Fatalf("wake note %q: %+v, %v; want the pointer of %s", note, n, err, tk.ID)
+		}
+		return n, note
+	}
+	if n, note := wakeNote(); n.Hint == nil || len(n.Hint.Body) == 0 || n.Hint.ETag == "" {
+		t.Fatalf("default note %q carries no hint", note)
+	}
+	if n, note := wakeNote("entity.plain_wake_notes=true"); n.Hint != nil || strings.Contains(note, "\n") {
+		t.Fatalf("entity.plain_wake_notes=true: note %q carries a hint", note)
 	}
 }

@@ -197,6 +197,12 @@ type EntityConfig struct {
 	// JSON encoding; a larger Save fails with entity.ErrStateTooLarge and
 	// writes nothing. Default 1 MiB, at most entity.MaxStateSizeLimit.
 	MaxStateSize int `yaml:"max_state_size"`
+	// PlainWakeNotes makes this process's submissions send bare wake-up
+	// notes (the pointer key), without the task's body and ETag that let
+	// the owner claim without a GET. Set it on every process while runners
+	// older than those notes remain (they ignore a note they cannot parse,
+	// so their tasks would wait for the next reconciliation); default off.
+	PlainWakeNotes bool `yaml:"plain_wake_notes"`
 }
 
 // LogConfig selects the log output.

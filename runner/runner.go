@@ -268,7 +268,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		return err
 	}
 	// The host's own task client: reminders and singleton placement.
-	tc, err := task.NewClient(r.tasks, task.ClientConfig{Group: group, Shards: stored.Shards, Waker: r.rs,
+	tc, err := task.NewClient(r.tasks, task.ClientConfig{Group: group, Shards: stored.Shards, Waker: r.rs, PlainWakeNotes: r.cfg.Entity.PlainWakeNotes,
 		Tracer: r.tracer.Tracer("github.com/tenurehq/tenure/entity"), Logger: r.base})
 	if err != nil {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
