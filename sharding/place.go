@@ -314,11 +314,6 @@ func keepLowest(shards, n int) bool {
 	return n > 4*maxTop && shards >= 4*n && shards*n > keepLowestPairs
 }
 
-// cutoffEvery is how many insertions into a row's kept bounds pass
-// between two computations of the cutoff (boundCutoff costs about as much
-// as ten bounds).
-const cutoffEvery = 8
-
 // maxSizeHint caps the size Assign preallocates its result for, so that an
 // absurd shard count costs memory only as the shards are placed.
 const maxSizeHint = 1 << 20
@@ -403,10 +398,7 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 		// topK, a bound rarely beats the highest kept one.
 		K := p.topK
 		tb, tr := p.topB[k*K:(k+1)*K], p.topR[k*K:(k+1)*K]
-		// The cutoff is refreshed when the kept bounds first fill up and
-		// then every cutoffEvery insertions: a stale one, of a higher
-		// threshold, is lower, so still safe, only less selective.
-		size, thr, cut, since := 0, float32(math.Inf(1)), int64(-1), 0
+		size, thr, cut := 0, float32(math.Inf(1)), int64(-1)
 		for r, key := range ks.key {
 			h := hashBytes(key)
 			if int64(h>>12) <= cut {
@@ -415,9 +407,7 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 			if c := costBound(p.invW[r], h); c < thr {
 				if size = insertTop(tb, tr, size, c, r); size == K {
 					thr = tb[K-1]
-					if since--; since <= 0 {
-						cut, since = boundCutoff(thr), cutoffEvery
-					}
+					cut = boundCutoff(thr)
 				}
 			}
 		}
