@@ -235,3 +235,64 @@ func (e *env) waitNoPointer(t *task.Task) {
 		return true
 	})
 }
+
+// lostAnswers lets Replace calls on keys containing a marker reach S3 and
+// then reports them failed, as a timeout after the write would.
+type lostAnswers struct {
+	storage.ObjectStore
+	mu     sync.Mutex
+	marker string
+	left   int
+}
+
+func (l *lostAnswers) Replace(ctx context.Context, key string, body []byte, ifMatch string) (string, error) {
+	etag, err := l.ObjectStore.Replace(ctx, key, body, ifMatch)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && l.marker != "" && l.left > 0 && strings.Contains(key, l.marker) {
+		l.left--
+		return "", fmt.Errorf("injected lost answer on %s: %w", key, storage.ErrUnavailable)
+	}
+	return etag, err
+}
+
+// TestCommitWithLostAnswerCountsOutcome: the outcome's write lands but its
+// answer is lost. The commit re-reads the task, finds its own write there,
+// and counts the attempt completed (tenure_tasks_attempts_total) — the
+// count users and the bench read — not abandoned or not at all.
+func TestCommitWithLostAnswerCountsOutcome(t *testing.T) {
+	e := newEnv(t, 1)
+	lost := &lostAnswers{}
+	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
+		lost.ObjectStore = s
+		return lost
+	}
+	n := e.start("solo", func(n *node, h *Host) {
+		if err := h.RegisterFunc("lossy", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			lost.mu.Lock()
+			lost.marker, lost.left = tk.ID, 1 // the outcome's write
+			lost.mu.Unlock()
+			return json.RawMessage(`"done"`), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitOwned(10 * time.Second)
+	tk := e.submit(task.SubmitRequest{Type: "lossy", MaxAttempts: 3})
+	if got := e.final(tk.Ref(), 20*time.Second); got.Status != task.Completed || got.Attempt != 1 {
+		t.Fatalf("task %s after %d attempts; want completed after 1", got.Status, got.Attempt)
+	}
+	e.waitNoPointer(tk)
+	lost.mu.Lock()
+	left := lost.left
+	lost.mu.Unlock()
+	if left != 0 {
+		t.Fatal("no answer was lost")
+	}
+	if v := testutil.ToFloat64(n.host.metrics.attempts.WithLabelValues("lossy", outcomeCompleted)); v != 1 {
+		t.Fatalf("completed attempts counted %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(n.host.metrics.attempts.WithLabelValues("lossy", outcomeAbandoned)); v != 0 {
+		t.Fatalf("abandoned attempts counted %v, want 0", v)
+	}
+}

@@ -163,3 +163,72 @@ func runsOf(r *recorder, id string) int {
 	}
 	return n
 }
+
+// heldDeletes holds every Delete of a runner's object store until
+// released, counting the ones waiting.
+type heldDeletes struct {
+	storage.ObjectStore
+	release chan struct{}
+	mu      sync.Mutex
+	held    int
+}
+
+func (h *heldDeletes) Delete(ctx context.Context, key string) error {
+	h.mu.Lock()
+	h.held++
+	h.mu.Unlock()
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return h.ObjectStore.Delete(ctx, key)
+}
+
+func (h *heldDeletes) waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
+}
+
+// TestEntityNextTaskDoesNotWaitForPointerDelete: an entity's next task is
+// claimed once the previous one's outcome is written, without waiting for
+// the previous pointer's deletion (one S3 round trip off the path between
+// an entity's tasks). With every pointer deletion held, all of an entity's
+// tasks still complete, in order; released, the pointers go.
+func TestEntityNextTaskDoesNotWaitForPointerDelete(t *testing.T) {
+	e := newEnv(t, 1)
+	held := &heldDeletes{release: make(chan struct{})}
+	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
+		held.ObjectStore = s
+		return held
+	}
+	e.start("solo", e.standard)
+	e.waitOwned(10 * time.Second)
+	var tasks []*task.Task
+	for range 3 {
+		tasks = append(tasks, e.submit(task.SubmitRequest{Type: "counter", Entity: "e1", Input: input(sleepInput{MS: 1})}))
+	}
+	for _, tk := range tasks {
+		if got := e.final(tk.Ref(), 20*time.Second); got.Status != task.Completed {
+			t.Fatalf("%s ended %s", tk.Ref(), got.Status)
+		}
+	}
+	if n := held.waiting(); n != len(tasks) {
+		t.Fatalf("%d pointer deletions under way when the last task completed, want %d (one per task, none done)", n, len(tasks))
+	}
+	var prevEnd time.Time
+	for i, x := range e.rec.All() {
+		if x.TaskID != tasks[i].ID {
+			t.Fatalf("run %d was %s, want %s (submission order)", i, x.TaskID, tasks[i].ID)
+		}
+		if x.Start.Before(prevEnd) {
+			t.Fatalf("task %d started before the previous one ended", i)
+		}
+		prevEnd = x.End
+	}
+	close(held.release)
+	for _, tk := range tasks {
+		e.waitNoPointer(tk)
+	}
+}

@@ -30,6 +30,9 @@ type Host struct {
 	metrics  *metrics
 	tracer   trace.Tracer
 	slots    chan struct{} // runner-wide handler slots
+	// trailing bounds the pointer deletions running after their worker
+	// has given back its slot and its entity's turn (see dropAfterTurn).
+	trailing chan struct{}
 	// sweepSlots bounds the shards sweeping for old finished tasks at once.
 	sweepSlots chan struct{}
 	caller     Caller // in handlers' contexts, for CallerFrom; nil: none
@@ -125,6 +128,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		metrics:    newMetrics(o.registry),
 		tracer:     o.tracer.Tracer("github.com/tenurehq/tenure/entity"),
 		slots:      make(chan struct{}, cfg.MaxConcurrentPerRunner),
+		trailing:   make(chan struct{}, cfg.MaxConcurrentPerRunner),
 		sweepSlots: make(chan struct{}, sweepSlots),
 		caller:     o.caller,
 		taskClient: o.tasks,

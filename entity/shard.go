@@ -86,6 +86,17 @@ type item struct {
 	// submitter wrote it, for a claim without a read (see look). Only the
 	// worker holding the item uses it, and drops it once used.
 	hint *task.WakeHint
+	// trail is the worker's that holds the item (set when it starts): the
+	// commit of the task's final outcome leaves the pointer's deletion
+	// there, for after the worker has given back its slot and its entity's
+	// turn (see dropAfterTurn). It lives with the worker, not the item,
+	// because an item put back in the heap goes on to another worker.
+	trail *trailingDrop
+}
+
+// trailingDrop is a pointer deletion left for after a worker's turn.
+type trailingDrop struct {
+	ctx context.Context // the deletion's; nil: none left
 }
 
 // mailbox serialises one entity's tasks, ordered by task id (submission
@@ -382,6 +393,8 @@ func compareIDs(a, b string) int {
 // tasks, queues the mailbox again.
 func (e *shardExec) work(u unit) {
 	defer e.workers.Done()
+	var trail trailingDrop
+	u.it.trail = &trail
 	e.process(u.it, u.box)
 	e.h.metrics.running.Dec()
 	e.h.releaseSlot()
@@ -392,6 +405,10 @@ func (e *shardExec) work(u unit) {
 	}
 	e.mu.Unlock()
 	e.kick()
+	if trail.ctx != nil {
+		e.dropPointer(trail.ctx, u.it, false)
+		<-e.h.trailing
+	}
 }
 
 // passivate stops an idle instance of this shard.
