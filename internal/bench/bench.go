@@ -256,11 +256,14 @@ func (r *S3CostResult) rows() []row {
 		idle += ", scaled to a minute"
 	}
 	idle += "): " + describeOps(intsToFloats(r.Idle.Requests))
+	idleEtcd := fmt.Sprintf("%.2f requests/min/runner at the default lease TTL %gs (etcd's own count): %s",
+		r.Idle.Etcd.PerMinutePerRunner, r.Idle.Etcd.LeaseTTLS, describeOps(r.Idle.Etcd.Requests))
 	c := r.PerTaskClasses
 	return []row{
 		{"per task", describeOps(r.PerTask)},
 		{"per task by class", fmt.Sprintf("%g PUT-class, %g GET-class, %g DELETE", c.PutClass, c.GetClass, c.Delete)},
 		{"idle", idle},
+		{"idle etcd", idleEtcd},
 		{"monthly cost", fmt.Sprintf("$%.2f (tasks $%.2f + idle $%.2f) for %d tasks/day on %d runners", r.Cost.TotalUSD, r.Cost.TaskRequestsUSD, r.Cost.IdleRequestsUSD, r.Cost.TasksPerDay, r.Cost.Runners)},
 		{"formula", r.Cost.Formula},
 	}

@@ -9,9 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/etcdcalls"
 	"github.com/tenurehq/tenure/internal/s3count"
+	"github.com/tenurehq/tenure/runner"
 )
 
 // S3 cost scenario settings.
@@ -115,6 +119,22 @@ type IdleFigures struct {
 	PerMinutePerRunner float64        `json:"per_minute_per_runner"`
 	// PerMinutePerRunnerClasses are PerMinutePerRunner by price class.
 	PerMinutePerRunnerClasses Classes `json:"per_minute_per_runner_by_class"`
+	// Etcd is the idle runners' etcd requests over the same window.
+	Etcd IdleEtcd `json:"etcd"`
+}
+
+// IdleEtcd is the etcd load of the idle cluster, counted by the etcd server
+// itself (its gRPC metrics, see internal/etcdcalls): a unary call is one
+// request, and so is each message on a stream (a keep-alive), not the
+// stream. The runners run the product's default lease TTL for this
+// scenario, whatever the bench's elsewhere.
+type IdleEtcd struct {
+	LeaseTTLS float64 `json:"lease_ttl_s"`
+	// Requests are the window's requests by gRPC method (Range, Txn,
+	// LeaseKeepAlive, Watch…); StreamsOpened the streams opened, by method.
+	Requests           map[string]float64 `json:"requests"`
+	StreamsOpened      map[string]float64 `json:"streams_opened,omitempty"`
+	PerMinutePerRunner float64            `json:"per_minute_per_runner"`
 }
 
 // CostEstimate is a monthly S3 request-cost estimate.
@@ -207,7 +227,10 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.overrides = append(c.overrides, "s3.endpoint="+runnersWire.URL())
+	// The product's default lease TTL (not the bench's short one), for the
+	// idle etcd figure: keep-alives and lock checks follow the TTL.
+	ttl := runner.DefaultConfig().Lease.TTL
+	c.overrides = append(c.overrides, "s3.endpoint="+runnersWire.URL(), "lease.ttl="+ttl.Std().String())
 	echo := func(h *entity.Host) error {
 		return h.RegisterFunc(typeCost, func(_ context.Context, t *task.Task) (json.RawMessage, error) { return t.Input, nil })
 	}
@@ -296,9 +319,17 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 
 	window := pick(e.o, time.Minute, 5*time.Second)
 	e.logf("s3cost: measuring the idle cluster's requests for %s", window)
+	etcdBefore, err := etcdcalls.Now(prometheus.DefaultGatherer)
+	if err != nil {
+		return nil, fmt.Errorf("bench: s3cost: %w", err)
+	}
 	idle, err := idleRequests(ctx, rs, runnersWire, window)
 	if err != nil {
 		return nil, err
+	}
+	etcdAfter, err := etcdcalls.Now(prometheus.DefaultGatherer)
+	if err != nil {
+		return nil, fmt.Errorf("bench: s3cost: %w", err)
 	}
 	res.Idle = IdleFigures{WindowS: window.Seconds(), Scaled: window < time.Minute, ReconcileIntervalS: cfg.Entity.ReconcileInterval.Std().Seconds(), Requests: map[string]int{}}
 	perMin := map[string]float64{}
@@ -311,6 +342,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	res.Idle.PerMinute = round(total*time.Minute.Seconds()/window.Seconds(), 2)
 	res.Idle.PerMinutePerRunner = round(res.Idle.PerMinute/costRunners, 3)
 	res.Idle.PerMinutePerRunnerClasses = classesOf(perMin)
+	res.Idle.Etcd = idleEtcd(etcdAfter.Since(etcdBefore), ttl.Std(), window)
 	res.Cost = estimate(res.PerTaskClasses, res.Idle.PerMinutePerRunnerClasses)
 	return res, nil
 }
@@ -381,4 +413,23 @@ func describeOps(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%g", op, m[op]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// idleEtcd turns the etcd calls of the idle window into IdleEtcd. Nothing
+// else talks to the bench's etcd meanwhile: the scenarios run one after
+// the other, and the bench's own watch of the locks sends nothing once
+// it is open.
+func idleEtcd(calls etcdcalls.Calls, ttl, window time.Duration) IdleEtcd {
+	out := IdleEtcd{LeaseTTLS: ttl.Seconds(), Requests: map[string]float64{}}
+	for method, m := range calls {
+		out.Requests[method] = m.Requests()
+		if m.Stream && m.Started > 0 {
+			if out.StreamsOpened == nil {
+				out.StreamsOpened = map[string]float64{}
+			}
+			out.StreamsOpened[method] = m.Started
+		}
+	}
+	out.PerMinutePerRunner = round(calls.Requests()*time.Minute.Seconds()/window.Seconds()/costRunners, 2)
+	return out
 }
