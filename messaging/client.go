@@ -312,7 +312,7 @@ func (c *Client) attemptLocal(ctx context.Context, cl *call, owner routing.Owner
 }
 
 func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owner) ([]byte, result, error) {
-	client, err := c.pool.get(owner.Addr)
+	pc, err := c.pool.get(owner.Addr)
 	if errors.Is(err, ErrClosed) {
 		return nil, finished, err
 	}
@@ -321,13 +321,18 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 	}
 	req := &callpb.CallRequest{Type: cl.typ, Id: cl.id, Group: c.cfg.Group, Payload: cl.body,
 		Epoch: owner.Epoch, OneWay: cl.kind == kindSend, Trace: cl.trace}
-	sent := new(atomic.Bool)
+	// The write sequence is read before grpc can queue the request: the
+	// request's bytes are written after, under higher numbers (sendProbe).
+	probe := &sendProbe{before: pc.writes.Load()}
 	// WaitForReady(false): with no ready connection the call fails at once,
 	// before sending, instead of queueing on a runner that may be gone;
 	// the loop then waits on the table, which knows better.
-	rep, err := client.Call(context.WithValue(ctx, sentKey{}, sent), req, grpc.WaitForReady(false))
+	rep, err := pc.client.Call(context.WithValue(ctx, sentKey{}, probe), req, grpc.WaitForReady(false))
 	if err != nil {
-		if !sent.Load() {
+		if probe.peerClosedBeforeWrite() {
+			return nil, notSent, fmt.Errorf("messaging: call %s/%s not sent to runner %s at %s: %w (%w)", cl.typ, cl.id, owner.RunnerID, owner.Addr, errNotWritten, err)
+		}
+		if probe.unsent() {
 			return nil, notSent, fmt.Errorf("messaging: call %s/%s not sent to runner %s at %s: %w", cl.typ, cl.id, owner.RunnerID, owner.Addr, err)
 		}
 		ctxErr := context.Cause(ctx)

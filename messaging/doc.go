@@ -28,7 +28,9 @@
 //     error then matches entity.ErrRefused and context.DeadlineExceeded.
 //   - Not sent: the request never left this process (no connection could
 //     be made, the connection was refused or closing before grpc queued the
-//     request on it; see sentTracker). Retried as a refusal is. A crashed
+//     request on it, see sentTracker; or it was queued on a socket that had
+//     stopped writing before the call began because the owner had closed
+//     it, see trackedConn). Retried as a refusal is. A crashed
 //     owner refuses connections until its lease expires and the shard
 //     moves, so such a call waits for the new holder, woken by the table,
 //     rather than spinning. At the deadline the error matches ErrNoOwner.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,12 +29,16 @@ type pool struct {
 	conns     map[string]*poolConn
 	lastSweep time.Time
 	closed    bool
+
+	// wrap, when set (by tests only), wraps each socket grpc is given.
+	wrap func(net.Conn) net.Conn
 }
 
 type poolConn struct {
 	cc       *grpc.ClientConn
 	client   callpb.EntityServiceClient
-	lastUsed atomic.Int64 // unix nanoseconds
+	lastUsed atomic.Int64  // unix nanoseconds
+	writes   atomic.Uint64 // the write sequence of its sockets (trackedConn)
 }
 
 func newPool(tlsConf *tls.Config, limit int, idle time.Duration) *pool {
@@ -43,7 +48,7 @@ func newPool(tlsConf *tls.Config, limit int, idle time.Duration) *pool {
 // get returns the connection to addr, making it if needed. Making one does
 // not dial: grpc connects on the first call, and that call's outcome says
 // whether the request was sent.
-func (p *pool) get(addr string) (callpb.EntityServiceClient, error) {
+func (p *pool) get(addr string) (*poolConn, error) {
 	now := time.Now()
 	p.mu.RLock()
 	pc, ok := p.conns[addr]
@@ -55,7 +60,7 @@ func (p *pool) get(addr string) (callpb.EntityServiceClient, error) {
 	}
 	if ok && !sweep {
 		pc.lastUsed.Store(now.UnixNano())
-		return pc.client, nil
+		return pc, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -67,26 +72,39 @@ func (p *pool) get(addr string) (callpb.EntityServiceClient, error) {
 	}
 	if pc, ok := p.conns[addr]; ok {
 		pc.lastUsed.Store(now.UnixNano())
-		return pc.client, nil
+		return pc, nil
 	}
 	creds := insecure.NewCredentials()
 	if p.tls != nil {
 		creds = credentials.NewTLS(p.tls)
 	}
+	pc = &poolConn{}
+	wrap := p.wrap
+	// The dialer tracks each socket's writes (trackedConn), which tells a
+	// call queued on a connection its peer had already closed from one
+	// that may have reached the runner.
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := dialTracked(ctx, addr, &pc.writes)
+		if err != nil || wrap == nil {
+			return c, err
+		}
+		return wrap(c), nil
+	}
 	// passthrough: a call address is host:port from a runner record, not a
 	// name to resolve through grpc's DNS resolver and its re-resolution.
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(dial),
 		grpc.WithStatsHandler(sentTracker{}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.limit), grpc.MaxCallSendMsgSize(p.limit)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("messaging: connection to call address %q: %w", addr, err)
 	}
-	pc = &poolConn{cc: cc, client: callpb.NewEntityServiceClient(cc)}
+	pc.cc, pc.client = cc, callpb.NewEntityServiceClient(cc)
 	pc.lastUsed.Store(now.UnixNano())
 	p.conns[addr] = pc
-	return pc.client, nil
+	return pc, nil
 }
 
 // sweepLocked closes connections unused for p.idle. A call that took one
@@ -120,12 +138,9 @@ func (p *pool) close() {
 	}
 }
 
-// sentKey marks a call's context with the flag sentTracker sets.
-type sentKey struct{}
-
 // sentTracker records, per call, whether grpc handed the request's headers
-// to a connection: the line between "provably not sent" and "may have
-// reached the owner".
+// to a connection, and on which socket: the line between "provably not
+// sent" and "may have reached the owner" (sendProbe decides).
 //
 // grpc-go (internal/transport, http2Client.NewStream) emits stats.OutHeader
 // only once the stream's HEADERS frame is queued on a live connection's
@@ -135,18 +150,28 @@ type sentKey struct{}
 // was queued — returns without it, and the request's bytes never left this
 // process. After it, a frame may be on the wire, so the server may run the
 // call even when the RPC then fails with Unavailable: grpc's own status
-// codes cannot tell those apart, so the flag, not the code, decides. A
-// transparent retry by grpc (a stream the server provably did not process)
-// can only make the flag set where it was not needed: conservative.
+// codes cannot tell those apart, so the probe, not the code, decides. The
+// one case after it that is still provably unsent is a socket that had
+// stopped writing before the call began (trackedConn: the peer had closed
+// it). A transparent retry by grpc (a stream the server provably did not
+// process) can only make the probe say "may have been sent" where it was
+// not needed: conservative.
 type sentTracker struct{}
 
 func (sentTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
 func (sentTracker) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if _, ok := s.(*stats.OutHeader); ok {
-		if f, ok := ctx.Value(sentKey{}).(*atomic.Bool); ok {
-			f.Store(true)
+	h, ok := s.(*stats.OutHeader)
+	if !ok {
+		return
+	}
+	if p, ok := ctx.Value(sentKey{}).(*sendProbe); ok {
+		if a, ok := h.LocalAddr.(trackedAddr); ok {
+			p.conn.Store(a.conn)
+		} else {
+			p.conn.Store(nil)
 		}
+		p.queued.Add(1)
 	}
 }
 
