@@ -31,15 +31,21 @@ type placer struct {
 	// runner r (topK is 0). Above, each shard keeps only its topK lowest,
 	// ascending (see start): shard k's are topB[k*topK:(k+1)*topK], of
 	// the runners topR[...].
-	cb     []float32
-	topK   int
-	topB   []float32
-	topR   []int32
-	row    []float32 // a shard's bounds, recomputed (rebest)
-	heap   pairHeap
-	buf    []byte
-	keys   keyScratch // startRange scratch when single-threaded
-	keyCap int        // the longest hashed key of the group
+	cb   []float32
+	topK int
+	topB []float32
+	topR []int32
+	row  []float32 // a shard's bounds, recomputed (rebest)
+	// owner[k] is the runner that holds shard k, -1 if none (see owners);
+	// once the owners have kept theirs (keepUpTo), the runner that keeps
+	// it. When anything is held, ownHash[k] is the hash of shard k's pair
+	// with its holder, computed by the start (see keepBest).
+	owner   []int32
+	ownHash []uint64
+	heap    pairHeap
+	buf     []byte
+	keys    keyScratch // startRange scratch when single-threaded
+	keyCap  int        // the longest hashed key of the group
 }
 
 // assignGroup assigns the shards of group g among the eligible cands, from
@@ -73,12 +79,13 @@ func (p *placer) assignGroup(out Assignment, g string, shards int, cands []candi
 	}
 	p.keyCap = len(g) + len("/-9223372036854775808/") + longest
 	p.bands(shards)
+	p.owners(shards, current)
 	p.start(shards)
 	if p.proc == ProcedureV1 {
-		p.assignGroupV1(out, shards, current)
+		p.assignGroupV1(out, shards)
 		return
 	}
-	p.assignGroupV2(out, shards, current)
+	p.assignGroupV2(out, shards)
 }
 
 // walk places the unplaced shards, whose best pairs are in p.heap (step 5).
@@ -97,6 +104,10 @@ func (p *placer) walk(out Assignment, deficit int) {
 		top := p.heap[0]
 		k, r := top.shard, top.runner
 		if !p.available(r, slack) {
+			if only := p.onlyAvailable(slack); only >= 0 {
+				p.placeAll(out, only)
+				return
+			}
 			p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), g, k)
 			var r int
 			var s float64
@@ -117,6 +128,36 @@ func (p *placer) walk(out Assignment, deficit int) {
 		out[storage.ShardID{Group: g, Index: k}] = p.ids[r]
 		p.heap.pop()
 	}
+}
+
+// onlyAvailable returns the one runner available given slack, or -1 if
+// there are several. It stops at the second available runner, which is
+// usually among the first few.
+func (p *placer) onlyAvailable(slack int) int {
+	only := -1
+	for r := range p.ids {
+		if p.available(r, slack) {
+			if only >= 0 {
+				return -1
+			}
+			only = r
+		}
+	}
+	return only
+}
+
+// placeAll gives every shard still unplaced (in p.heap) to runner r. The
+// walk calls it when r is the only runner available: availability only
+// shrinks and some runner is available while shards are unplaced (see
+// best), so the walk would give r all of them, whatever their order; this
+// spares re-ranking each shard first (with a join, most of those the
+// others gave up: they all go to the newcomer).
+func (p *placer) placeAll(out Assignment, r int) {
+	for _, sp := range p.heap {
+		out[storage.ShardID{Group: p.group, Index: sp.shard}] = p.ids[r]
+	}
+	p.count[r] += len(p.heap)
+	p.heap = p.heap[:0]
 }
 
 // available reports whether runner r may take one more shard, given slack =
@@ -303,6 +344,7 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 					m, low = r, c
 				}
 			}
+			p.hashHeld(k, ks)
 			r, s := p.best(row, ks.prefix, m, -1)
 			p.heap[k] = scoredPair{score: s, runner: r, shard: k}
 			continue
@@ -324,8 +366,23 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 				}
 			}
 		}
+		p.hashHeld(k, ks)
 		r, s := p.bestTop(k, -1, ks.prefix, &ks.row)
 		p.heap[k] = scoredPair{score: s, runner: r, shard: k}
+	}
+}
+
+// hashHeld records in p.ownHash the hash of shard k's pair with the runner
+// that holds it, if any, from the keys of the current shard: step 6a ranks
+// a runner's held shards by these hashes (keepBest), which saves building
+// and hashing each key again. The key was hashed in the row just before,
+// so it is in cache and its bytes are no longer in flight.
+func (p *placer) hashHeld(k int, ks *keyScratch) {
+	if len(p.ownHash) == 0 {
+		return // nothing held
+	}
+	if r := p.owner[k]; r >= 0 {
+		p.ownHash[k] = hashBytes(ks.key[r])
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 // assignGroupV1 is ProcedureV1's placement: keep up to hi, a cold start
 // by the walk within floor and ceiling, else place the free shards and
 // lift runners below their lo.
-func (p *placer) assignGroupV1(out Assignment, shards int, current Assignment) {
-	kept := p.keep(out, shards, current)
+func (p *placer) assignGroupV1(out Assignment, shards int) {
+	kept := p.keepUpTo(out, p.held(), p.hi)
 	if kept == 0 {
 		// Cold start: place everything as tightly as possible, so that
 		// later changes find every runner inside its band with room to
@@ -91,13 +91,6 @@ func (p *placer) placeFree(out Assignment, shards int) {
 		}
 		place(r, prefs[r][next[r]])
 	}
-}
-
-// keep places the shards of group p.group that current owners keep (step
-// 6a): an eligible owner keeps its held shards up to its hi, the ones it
-// scores highest when it holds more. It returns how many were kept.
-func (p *placer) keep(out Assignment, shards int, current Assignment) int {
-	return p.keepUpTo(out, p.held(shards, current), p.hi)
 }
 
 // steal lifts every runner still below its lo (a newcomer: the walk had no

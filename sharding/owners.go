@@ -1,0 +1,74 @@
+package sharding
+
+import "github.com/tenurehq/tenure/storage"
+
+// The current owners of a group's shards, as runner indices: read from the
+// Assignment once, before the start, so that the start can hash each held
+// pair while it has the key at hand (ownHash), and the keep and the walk
+// need no map lookups.
+
+// owners sets p.owner[k], for every shard k of the group, to the eligible
+// runner that holds it in current, or -1 (nobody, or a runner that left,
+// drained or does not serve the group).
+func (p *placer) owners(shards int, current Assignment) {
+	p.owner = resizeInt32s(p.owner, shards)
+	for k := range p.owner {
+		p.owner[k] = -1
+	}
+	p.ownHash = p.ownHash[:0]
+	if len(current) == 0 {
+		return
+	}
+	if cap(p.ownHash) < shards {
+		p.ownHash = make([]uint64, shards)
+	}
+	p.ownHash = p.ownHash[:shards]
+	index := make(map[string]int32, len(p.ids))
+	for r, id := range p.ids {
+		index[id] = int32(r)
+	}
+	if len(current) > ownersScanFactor*shards {
+		// Mostly other groups: look up this group's shards instead of
+		// reading them all.
+		for k := range shards {
+			if r, ok := index[current[storage.ShardID{Group: p.group, Index: k}]]; ok {
+				p.owner[k] = r
+			}
+		}
+		return
+	}
+	for s, id := range current {
+		if s.Group != p.group || s.Index < 0 || s.Index >= shards {
+			continue
+		}
+		if r, ok := index[id]; ok {
+			p.owner[s.Index] = r
+		}
+	}
+}
+
+// ownersScanFactor: owners reads every entry of current when it has at
+// most this many per shard of the group; an entry read in a scan costs a
+// fraction of a lookup by ShardID, which hashes the group name.
+const ownersScanFactor = 4
+
+// held returns, per eligible runner, the shards of the group it owns (see
+// owners), in index order.
+func (p *placer) held() [][]int {
+	held := make([][]int, len(p.ids))
+	counts := make([]int, len(p.ids))
+	for _, r := range p.owner {
+		if r >= 0 {
+			counts[r]++
+		}
+	}
+	for r, c := range counts {
+		held[r] = make([]int, 0, c)
+	}
+	for k, r := range p.owner {
+		if r >= 0 {
+			held[r] = append(held[r], k)
+		}
+	}
+	return held
+}
