@@ -42,6 +42,7 @@ type placer struct {
 	// with its holder, computed by the start (see keepBest).
 	owner   []int32
 	ownHash []uint64
+	ranked  []ranked // keepBest scratch
 	heap    pairHeap
 	buf     []byte
 	keys    keyScratch // startRange scratch when single-threaded
@@ -337,14 +338,22 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 		if p.topK == 0 {
 			row := p.cb[k*n : (k+1)*n]
 			m, low := 0, float32(math.Inf(1))
+			own := p.heldBy(k)
 			for r, key := range ks.key {
-				c := costBound(p.invW[r], hashBytes(key))
+				h := hashBytes(key)
+				if r == own {
+					p.ownHash[k] = h // see hashHeld
+				}
+				c := costBound(p.invW[r], h)
 				row[r] = c
 				if c < low {
 					m, low = r, c
 				}
 			}
-			p.hashHeld(k, ks)
+			if own >= 0 {
+				p.heap[k] = scoredPair{runner: -1, shard: k} // see startBest
+				continue
+			}
 			r, s := p.best(row, ks.prefix, m, -1)
 			p.heap[k] = scoredPair{score: s, runner: r, shard: k}
 			continue
@@ -366,7 +375,10 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 				}
 			}
 		}
-		p.hashHeld(k, ks)
+		if p.hashHeld(k, ks) {
+			p.heap[k] = scoredPair{runner: -1, shard: k} // see startBest
+			continue
+		}
 		r, s := p.bestTop(k, -1, ks.prefix, &ks.row)
 		p.heap[k] = scoredPair{score: s, runner: r, shard: k}
 	}
@@ -376,14 +388,43 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 // that holds it, if any, from the keys of the current shard: step 6a ranks
 // a runner's held shards by these hashes (keepBest), which saves building
 // and hashing each key again. The key was hashed in the row just before,
-// so it is in cache and its bytes are no longer in flight.
-func (p *placer) hashHeld(k int, ks *keyScratch) {
-	if len(p.ownHash) == 0 {
-		return // nothing held
-	}
-	if r := p.owner[k]; r >= 0 {
+// so it is in cache and its bytes are no longer in flight. (Rows of a few
+// runners keep the hash as they compute it, which costs less than hashing
+// a third of them again.)
+// It reports whether shard k is held.
+func (p *placer) hashHeld(k int, ks *keyScratch) bool {
+	r := p.heldBy(k)
+	if r >= 0 {
 		p.ownHash[k] = hashBytes(ks.key[r])
 	}
+	return r >= 0
+}
+
+// startBest returns the best pair of shard k, as the start computes it
+// for the shards nobody holds. For a held shard the start leaves it to
+// the walk, which needs it only if the holder gives the shard up: with a
+// join most shards stay, and their best pairs, a logarithm or more each,
+// would be computed for nothing. The start's bounds are kept until the
+// walk ends, so the pair is the one the start would have found.
+func (p *placer) startBest(k int) scoredPair {
+	p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), p.group, k)
+	var r int
+	var s float64
+	if n := len(p.ids); p.topK == 0 {
+		r, s = p.best(p.cb[k*n:(k+1)*n], p.buf, -1, -1)
+	} else {
+		r, s = p.bestTop(k, -1, p.buf, &p.row)
+	}
+	return scoredPair{score: s, runner: r, shard: k}
+}
+
+// heldBy returns the runner that holds shard k, or -1 (also when nothing
+// is held: p.ownHash is then empty).
+func (p *placer) heldBy(k int) int {
+	if len(p.ownHash) == 0 {
+		return -1
+	}
+	return int(p.owner[k])
 }
 
 // keyScratch is the scratch space of one startRange.

@@ -16,6 +16,11 @@ func (p *placer) assignGroupV1(out Assignment, shards int) {
 		// later changes find every runner inside its band with room to
 		// spare, and move little.
 		p.walkLo, p.walkHi = p.flo, p.fhi
+		for i, sp := range p.heap {
+			if sp.runner < 0 { // held, but by nobody who kept it
+				p.heap[i] = p.startBest(sp.shard)
+			}
+		}
 		p.heap.init()
 		deficit := 0
 		for _, lo := range p.walkLo {

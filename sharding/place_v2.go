@@ -9,12 +9,17 @@ func (p *placer) assignGroupV2(out Assignment, shards int) {
 	held := p.held()
 	p.targets(held, shards)
 	p.keepUpTo(out, held, p.target)
-	// The walk starts from the best pair of every shard nobody kept.
+	// The walk starts from the best pair of every shard nobody kept: the
+	// start's, or for a shard its holder gave up, computed now.
 	free := p.heap[:0]
 	for _, sp := range p.heap {
-		if p.owner[sp.shard] < 0 {
-			free = append(free, sp)
+		if p.owner[sp.shard] >= 0 {
+			continue
 		}
+		if sp.runner < 0 {
+			sp = p.startBest(sp.shard)
+		}
+		free = append(free, sp)
 	}
 	p.heap = free
 	p.heap.init()

@@ -19,7 +19,8 @@ func (p *placer) preferred(r int, ks []int) []int {
 }
 
 // keepBest returns the limit shards of ks, held by runner r, that r scores
-// highest (score descending, then shard index), in no particular order:
+// highest (score descending, then shard index), in no particular order and
+// in ks's memory:
 // the set step 6a keeps. A selection, not a sort: a runner that lost most
 // of its share keeps a few of thousands.
 //
@@ -28,13 +29,20 @@ func (p *placer) preferred(r int, ks []int) []int {
 // decide (see settleBoundary): for one runner the score w / -ln(u) grows
 // with u, and u with h>>12, so the hash order is the score order.
 func (p *placer) keepBest(r int, ks []int, limit int) []int {
-	rs := make([]ranked, len(ks))
+	if cap(p.ranked) < len(ks) {
+		p.ranked = make([]ranked, len(ks))
+	}
+	rs := p.ranked[:len(ks)]
 	for i, k := range ks {
 		rs[i] = ranked{k, float64(p.ownHash[k] >> 12)} // exact: < 2^52
 	}
 	selectFirst(rs, limit)
 	p.settleBoundary(r, rs, limit)
-	return shardsOf(rs[:limit])
+	out := ks[:limit] // ks is not read again
+	for i, x := range rs[:limit] {
+		out[i] = x.k
+	}
+	return out
 }
 
 // hashWindow is how far apart (in h>>12) two pairs of one runner must be
@@ -69,13 +77,17 @@ func (p *placer) settleBoundary(r int, rs []ranked, limit int) {
 	if limit == 0 || limit == len(rs) {
 		return
 	}
-	a := rs[0].score
+	a := rs[0].score // not min and max: no NaN here, and they cost more
 	for _, x := range rs[1:limit] {
-		a = min(a, x.score)
+		if x.score < a {
+			a = x.score
+		}
 	}
 	b := rs[limit].score
 	for _, x := range rs[limit+1:] {
-		b = max(b, x.score)
+		if x.score > b {
+			b = x.score
+		}
 	}
 	if a-b >= hashWindow {
 		return
