@@ -97,16 +97,25 @@ func (p *placer) assignGroup(out Assignment, g string, shards int, cands []candi
 // that places a shard; one whose runner is no longer available is replaced
 // by the shard's best remaining pair, which can only rank lower. deficit is
 // the shards still needed to lift every runner to its lo.
+//
+// Once a single runner is available, it takes every shard left (placeAll).
+// Available are the runners below their walkLo when slack is 0, else those
+// below their walkHi (walkLo ≤ walkHi); the walk counts both.
 func (p *placer) walk(out Assignment, deficit int) {
 	g := p.group
 	unplaced := len(p.heap)
+	belowLo, belowHi := 0, 0
+	for r, c := range p.count {
+		belowLo += b2i(c < p.walkLo[r])
+		belowHi += b2i(c < p.walkHi[r])
+	}
 	for unplaced > 0 {
 		slack := max(unplaced-deficit, 0)
 		top := p.heap[0]
 		k, r := top.shard, top.runner
 		if !p.available(r, slack) {
-			if only := p.onlyAvailable(slack); only >= 0 {
-				p.placeAll(out, only)
+			if (slack == 0 && belowLo == 1) || (slack > 0 && belowHi == 1) {
+				p.placeAll(out, p.firstAvailable(slack))
 				return
 			}
 			p.buf = appendKey(slices.Grow(p.buf[:0], p.keyCap), g, k)
@@ -125,26 +134,31 @@ func (p *placer) walk(out Assignment, deficit int) {
 			deficit--
 		}
 		p.count[r]++
+		belowLo -= b2i(p.count[r] == p.walkLo[r])
+		belowHi -= b2i(p.count[r] == p.walkHi[r])
 		unplaced--
 		out[storage.ShardID{Group: g, Index: k}] = p.ids[r]
 		p.heap.pop()
 	}
 }
 
-// onlyAvailable returns the one runner available given slack, or -1 if
-// there are several. It stops at the second available runner, which is
-// usually among the first few.
-func (p *placer) onlyAvailable(slack int) int {
-	only := -1
+// firstAvailable returns the first runner available given slack (see
+// best: there is one while shards are unplaced).
+func (p *placer) firstAvailable(slack int) int {
 	for r := range p.ids {
 		if p.available(r, slack) {
-			if only >= 0 {
-				return -1
-			}
-			only = r
+			return r
 		}
 	}
-	return only
+	return 0 // unreachable
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // placeAll gives every shard still unplaced (in p.heap) to runner r. The
