@@ -91,3 +91,39 @@ func (p *placer) held() [][]int {
 	}
 	return held
 }
+
+// hashHeld records in p.ownHash the hash of shard k's pair with the runner
+// that holds it, if any, from the keys of the current shard: step 6a ranks
+// a runner's held shards by these hashes (keepBest), which saves building
+// and hashing each key again. The key was hashed in the row just before,
+// so it is in cache and its bytes are no longer in flight. (Rows of a few
+// runners keep the hash as they compute it, which costs less than hashing
+// a third of them again.)
+// It reports whether shard k is held.
+func (p *placer) hashHeld(k int, ks *keyScratch) bool {
+	r := p.heldBy(k)
+	if r >= 0 {
+		p.ownHash[k] = hashBytes(ks.key[r])
+	}
+	return r >= 0
+}
+
+// startBest returns the best pair of shard k, as the start computes it
+// for the shards nobody holds. For a held shard the start leaves it to
+// the walk, which needs it only if the holder gives the shard up: with a
+// join most shards stay, and their best pairs, a logarithm or more each,
+// would be computed for nothing. The start's bounds are kept until the
+// walk ends, so the pair is the one the start would have found.
+func (p *placer) startBest(k int) scoredPair {
+	r, s := p.bestOf(k, -1)
+	return scoredPair{score: s, runner: r, shard: k}
+}
+
+// heldBy returns the runner that holds shard k, or -1 (also when nothing
+// is held: p.ownHash is then empty).
+func (p *placer) heldBy(k int) int {
+	if len(p.ownHash) == 0 {
+		return -1
+	}
+	return int(p.owner[k])
+}
