@@ -256,19 +256,8 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 		}
 		if p.topK == 0 {
 			row := p.cb[k*n : (k+1)*n]
-			m, low := 0, float32(math.Inf(1))
 			own := p.heldBy(k)
-			for r, key := range ks.key {
-				h := hashBytes(key)
-				if r == own {
-					p.ownHash[k] = h // see hashHeld
-				}
-				c := costBound(p.invW[r], h)
-				row[r] = c
-				if c < low {
-					m, low = r, c
-				}
-			}
+			m := p.rowBounds(k, ks.key, row, own)
 			if own >= 0 {
 				p.heap[k] = scoredPair{runner: -1, shard: k} // see startBest
 				continue
@@ -301,6 +290,38 @@ func (p *placer) startRange(ks *keyScratch, from, to int) {
 		r, s := p.bestTop(k, -1, ks.prefix, &ks.row)
 		p.heap[k] = scoredPair{score: s, runner: r, shard: k}
 	}
+}
+
+// rowBounds sets row to the bounds of shard k for every runner, from the
+// runners' keys, and returns the runner of the lowest (the first). For a
+// held shard (own ≥ 0) it keeps the hash of the holder's pair in
+// p.ownHash as it computes it (see hashHeld): for a row of a few runners,
+// hashing it again would cost a third more. A loop of its own, so that the
+// compare costs nothing where nothing is held (Assign: 1–2 % at 100 runners).
+func (p *placer) rowBounds(k int, keys [][]byte, row []float32, own int) int {
+	m, low := 0, float32(math.Inf(1))
+	if own < 0 {
+		for r, key := range keys {
+			c := costBound(p.invW[r], hashBytes(key))
+			row[r] = c
+			if c < low {
+				m, low = r, c
+			}
+		}
+		return m
+	}
+	for r, key := range keys {
+		h := hashBytes(key)
+		if r == own {
+			p.ownHash[k] = h
+		}
+		c := costBound(p.invW[r], h)
+		row[r] = c
+		if c < low {
+			m, low = r, c
+		}
+	}
+	return m
 }
 
 // keyScratch is the scratch space of one startRange.
