@@ -93,13 +93,12 @@ func (p *placer) held() [][]int {
 }
 
 // hashHeld records in p.ownHash the hash of shard k's pair with the runner
-// that holds it, if any, from the keys of the current shard: step 6a ranks
-// a runner's held shards by these hashes (keepBest), which saves building
-// and hashing each key again. The key was hashed in the row just before,
-// so it is in cache and its bytes are no longer in flight. (Rows of a few
-// runners keep the hash as they compute it, which costs less than hashing
-// a third of them again.)
-// It reports whether shard k is held.
+// that holds it, if any, from the keys of the current shard, and reports
+// whether shard k is held. Step 6a ranks a runner's held shards by these
+// hashes (keepBest), which saves building and hashing each key again. The
+// key was hashed in the row just before, so it is in cache and its bytes
+// are no longer in flight. (Whole rows keep the hash as they compute it:
+// see rowBounds.)
 func (p *placer) hashHeld(k int, ks *keyScratch) bool {
 	r := p.heldBy(k)
 	if r >= 0 {

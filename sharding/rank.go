@@ -20,9 +20,8 @@ func (p *placer) preferred(r int, ks []int) []int {
 
 // keepBest returns the limit shards of ks, held by runner r, that r scores
 // highest (score descending, then shard index), in no particular order and
-// in ks's memory:
-// the set step 6a keeps. A selection, not a sort: a runner that lost most
-// of its share keeps a few of thousands.
+// in ks's memory: the set step 6a keeps. A selection, not a sort: a runner
+// that lost most of its share keeps a few of thousands.
 //
 // It ranks by the hashes of the held pairs (p.ownHash), computed by the
 // start, and computes exact scores only where the hashes alone might not
