@@ -9,13 +9,18 @@ import (
 // assignGroupV1 is ProcedureV1's placement: keep up to hi, a cold start
 // by the walk within floor and ceiling, else place the free shards and
 // lift runners below their lo.
-func (p *placer) assignGroupV1(out Assignment, shards int, current Assignment) {
-	kept := p.keep(out, shards, current)
+func (p *placer) assignGroupV1(out Assignment, shards int) {
+	kept := p.keepUpTo(out, p.held(), p.hi)
 	if kept == 0 {
 		// Cold start: place everything as tightly as possible, so that
 		// later changes find every runner inside its band with room to
 		// spare, and move little.
 		p.walkLo, p.walkHi = p.flo, p.fhi
+		for i, sp := range p.heap {
+			if sp.runner < 0 { // held, but by nobody who kept it
+				p.heap[i] = p.startBest(sp.shard)
+			}
+		}
 		p.heap.init()
 		deficit := 0
 		for _, lo := range p.walkLo {
@@ -91,13 +96,6 @@ func (p *placer) placeFree(out Assignment, shards int) {
 		}
 		place(r, prefs[r][next[r]])
 	}
-}
-
-// keep places the shards of group p.group that current owners keep (step
-// 6a): an eligible owner keeps its held shards up to its hi, the ones it
-// scores highest when it holds more. It returns how many were kept.
-func (p *placer) keep(out Assignment, shards int, current Assignment) int {
-	return p.keepUpTo(out, p.held(shards, current), p.hi)
 }
 
 // steal lifts every runner still below its lo (a newcomer: the walk had no

@@ -5,16 +5,21 @@ import "github.com/tenurehq/tenure/storage"
 // assignGroupV2 is steps 5 and 6 of the specification: target counts from
 // the current counts, then each owner keeps what its target allows, and
 // the walk gives the other shards to the runners below their targets.
-func (p *placer) assignGroupV2(out Assignment, shards int, current Assignment) {
-	held := p.held(shards, current)
+func (p *placer) assignGroupV2(out Assignment, shards int) {
+	held := p.held()
 	p.targets(held, shards)
 	p.keepUpTo(out, held, p.target)
-	// The walk starts from the best pair of every shard nobody kept.
+	// The walk starts from the best pair of every shard nobody kept: the
+	// start's, or for a shard its holder gave up, computed now.
 	free := p.heap[:0]
 	for _, sp := range p.heap {
-		if _, kept := out[storage.ShardID{Group: p.group, Index: sp.shard}]; !kept {
-			free = append(free, sp)
+		if p.owner[sp.shard] >= 0 {
+			continue
 		}
+		if sp.runner < 0 {
+			sp = p.startBest(sp.shard)
+		}
+		free = append(free, sp)
 	}
 	p.heap = free
 	p.heap.init()
@@ -28,12 +33,19 @@ func (p *placer) assignGroupV2(out Assignment, shards int, current Assignment) {
 
 // keepUpTo places the shards owners keep: each eligible runner r keeps its
 // held shards up to limit[r], the ones it scores highest when it holds more.
-// It sets the counts and returns how many were kept.
+// It sets the counts, leaves p.owner[k] the runner that keeps k or -1, and
+// returns how many were kept.
 func (p *placer) keepUpTo(out Assignment, held [][]int, limit []int) int {
 	kept := 0
 	for r, ks := range held {
 		if len(ks) > limit[r] {
+			for _, k := range ks {
+				p.owner[k] = -1
+			}
 			ks = p.keepBest(r, ks, limit[r])
+			for _, k := range ks {
+				p.owner[k] = int32(r)
+			}
 		}
 		for _, k := range ks {
 			out[storage.ShardID{Group: p.group, Index: k}] = p.ids[r]
@@ -42,25 +54,6 @@ func (p *placer) keepUpTo(out Assignment, held [][]int, limit []int) int {
 		kept += len(ks)
 	}
 	return kept
-}
-
-// held returns, per eligible runner, the shards of the group it owns in
-// current, in index order.
-func (p *placer) held(shards int, current Assignment) [][]int {
-	held := make([][]int, len(p.ids))
-	if len(current) == 0 {
-		return held
-	}
-	index := make(map[string]int, len(p.ids))
-	for r, id := range p.ids {
-		index[id] = r
-	}
-	for k := 0; k < shards; k++ {
-		if r, ok := index[current[storage.ShardID{Group: p.group, Index: k}]]; ok {
-			held[r] = append(held[r], k)
-		}
-	}
-	return held
 }
 
 // targets sets every runner's target count (step 5): its current count
