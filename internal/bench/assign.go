@@ -53,22 +53,17 @@ func runAssign(ctx context.Context, e *env) (Result, error) {
 				cands[i] = sharding.Candidate{ID: fmt.Sprintf("runner-%04d", i), Weight: 1}
 			}
 			var as, rs []float64
+			current := sharding.Assign(groups, shards, cands[:n])
+			if len(current) != shards {
+				return nil, fmt.Errorf("bench: assign %d shards to %d runners placed %d", shards, n, len(current))
+			}
 			for range e.trials {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				runtime.GC() // keep one run's garbage out of the next one's time
-				t0 := time.Now()
-				current := sharding.Assign(groups, shards, cands[:n])
-				ta := time.Since(t0)
-				if len(current) != shards {
-					return nil, fmt.Errorf("bench: assign %d shards to %d runners placed %d", shards, n, len(current))
-				}
-				runtime.GC()
-				t0 = time.Now()
-				next := sharding.Reassign(groups, shards, cands, current)
-				tr := time.Since(t0)
-				if len(next) != shards {
+				ta := perCall(func() { sharding.Assign(groups, shards, cands[:n]) })
+				tr := perCall(func() { sharding.Reassign(groups, shards, cands, current) })
+				if next := sharding.Reassign(groups, shards, cands, current); len(next) != shards {
 					return nil, fmt.Errorf("bench: reassign %d shards to %d runners placed %d", shards, n+1, len(next))
 				}
 				as, rs = append(as, ms(ta)), append(rs, ms(tr))
@@ -80,4 +75,23 @@ func runAssign(ctx context.Context, e *env) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// assignTrialSpan is the least time one trial of one function takes: the
+// mean of as many calls as fill it (at least one), so that a call of a few
+// milliseconds is not one sample of the scheduler's noise on a shared
+// machine. Garbage is collected as it comes, as in a running manager.
+const assignTrialSpan = 50 * time.Millisecond
+
+// perCall returns the mean time of calls to f over at least
+// assignTrialSpan.
+func perCall(f func()) time.Duration {
+	runtime.GC()
+	calls := 0
+	t0 := time.Now()
+	for calls == 0 || time.Since(t0) < assignTrialSpan {
+		f()
+		calls++
+	}
+	return time.Since(t0) / time.Duration(calls)
 }
