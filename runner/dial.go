@@ -58,6 +58,10 @@ func s3ClientConfig(cfg Config) s3store.ClientConfig {
 	cc := s3store.DefaultClientConfig()
 	cc.Endpoint, cc.Region, cc.UsePathStyle = cfg.S3.Endpoint, cfg.S3.Region, cfg.S3.PathStyle
 	cc.AccessKey, cc.SecretKey, cc.SessionToken = cfg.S3.AccessKey, cfg.S3.SecretKey, cfg.S3.SessionToken
+	// Keep a connection for every handler that may be talking to S3 at
+	// once, and some for submissions and sweeps: more requests in flight
+	// than idle connections kept means a new connection per request.
+	cc.MaxIdleConns = max(cc.MaxIdleConns, cfg.Entity.MaxConcurrentPerRunner+64)
 	return cc
 }
 

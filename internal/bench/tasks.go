@@ -68,6 +68,10 @@ type ThroughputTrial struct {
 	// PeakInFlight is the largest number of S3 requests in flight at once
 	// during the batch, on the wire.
 	PeakInFlight int `json:"peak_in_flight"`
+	// Connections is the S3 connections opened during the batch, runners
+	// and submitter together, on the wire (a client that keeps enough
+	// connections alive opens a few, once).
+	Connections int `json:"s3_connections"`
 }
 
 // throughputCounts are the wire counts of the trials so far, for the
@@ -145,13 +149,16 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, s
 		if err := waitOps(ctx, wire, before, s3count.OpDelete, res.TasksPerTrial, 10*time.Second); err != nil {
 			return nil, err
 		}
-		seen.counts = seen.counts.Add(wire.Counts().Sub(before))
+		batch := wire.Counts().Sub(before)
+		seen.counts = seen.counts.Add(batch)
 		seen.tasks += res.TasksPerTrial
 		seen.peak = max(seen.peak, peak)
 		rate := float64(res.TasksPerTrial) / d.Seconds()
-		res.Trials = append(res.Trials, ThroughputTrial{Runners: n, Tasks: res.TasksPerTrial, ElapsedMS: ms(d), TasksPerS: round(rate, 1), PeakInFlight: peak})
+		res.Trials = append(res.Trials, ThroughputTrial{Runners: n, Tasks: res.TasksPerTrial, ElapsedMS: ms(d), TasksPerS: round(rate, 1), PeakInFlight: peak,
+			Connections: batch.Connections})
 		rates = append(rates, rate)
-		e.logf("throughput: %d runner(s), trial %d/%d: %d tasks in %s: %.0f tasks/s (%d S3 requests in flight at most)", n, i+1, e.trials, res.TasksPerTrial, d.Round(time.Millisecond), rate, peak)
+		e.logf("throughput: %d runner(s), trial %d/%d: %d tasks in %s: %.0f tasks/s (%d S3 requests in flight at most, %d connections opened)",
+			n, i+1, e.trials, res.TasksPerTrial, d.Round(time.Millisecond), rate, peak, batch.Connections)
 	}
 	if !ceiling {
 		return rates, nil

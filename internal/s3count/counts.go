@@ -35,6 +35,11 @@ type Counts struct {
 	// BodyBytes are the requests' body bytes alone (the part of SentBytes
 	// a metadata-only request saves).
 	BodyBytes map[Op]int `json:"body_bytes,omitempty"`
+	// Connections counts the client connections the proxy accepted: a
+	// client that keeps its connections alive opens few; one that keeps
+	// fewer idle connections than it has requests in flight opens one for
+	// most requests (a TCP and, on a real S3, a TLS handshake each).
+	Connections int `json:"connections"`
 	// ReceivedBytes are the bytes of the answers the proxy passed back:
 	// status line, headers and body.
 	ReceivedBytes map[Op]int `json:"received_bytes,omitempty"`
@@ -51,7 +56,7 @@ func (c Counts) clone() Counts {
 		st[op] = maps.Clone(m)
 	}
 	return Counts{Requests: maps.Clone(c.Requests), Retries: maps.Clone(c.Retries), Failed: maps.Clone(c.Failed), Injected: maps.Clone(c.Injected), Status: st,
-		SentBytes: maps.Clone(c.SentBytes), BodyBytes: maps.Clone(c.BodyBytes), ReceivedBytes: maps.Clone(c.ReceivedBytes)}
+		SentBytes: maps.Clone(c.SentBytes), BodyBytes: maps.Clone(c.BodyBytes), ReceivedBytes: maps.Clone(c.ReceivedBytes), Connections: c.Connections}
 }
 
 // Answered returns the number of requests of op answered with status.
@@ -94,7 +99,8 @@ func (c Counts) Sub(before Counts) Counts {
 	}
 	return Counts{Requests: sub(c.Requests, before.Requests), Retries: sub(c.Retries, before.Retries),
 		Failed: sub(c.Failed, before.Failed), Injected: sub(c.Injected, before.Injected), Status: combine(c.Status, before.Status, -1),
-		SentBytes: sub(c.SentBytes, before.SentBytes), BodyBytes: sub(c.BodyBytes, before.BodyBytes), ReceivedBytes: sub(c.ReceivedBytes, before.ReceivedBytes)}
+		SentBytes: sub(c.SentBytes, before.SentBytes), BodyBytes: sub(c.BodyBytes, before.BodyBytes), ReceivedBytes: sub(c.ReceivedBytes, before.ReceivedBytes),
+		Connections: c.Connections - before.Connections}
 }
 
 // Add returns c + other, operation by operation.
@@ -111,7 +117,8 @@ func (c Counts) Add(other Counts) Counts {
 	}
 	return Counts{Requests: add(c.Requests, other.Requests), Retries: add(c.Retries, other.Retries),
 		Failed: add(c.Failed, other.Failed), Injected: add(c.Injected, other.Injected), Status: combine(c.Status, other.Status, 1),
-		SentBytes: add(c.SentBytes, other.SentBytes), BodyBytes: add(c.BodyBytes, other.BodyBytes), ReceivedBytes: add(c.ReceivedBytes, other.ReceivedBytes)}
+		SentBytes: add(c.SentBytes, other.SentBytes), BodyBytes: add(c.BodyBytes, other.BodyBytes), ReceivedBytes: add(c.ReceivedBytes, other.ReceivedBytes),
+		Connections: c.Connections + other.Connections}
 }
 
 // Total returns the number of requests.

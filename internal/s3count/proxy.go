@@ -125,7 +125,14 @@ func New(target string, opts ...Option) (*Proxy, error) {
 		// The target did not answer: the client sees a 502, counted failed.
 		w.WriteHeader(http.StatusBadGateway)
 	}
-	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve), ReadHeaderTimeout: readHeaderTimeout}
+	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve), ReadHeaderTimeout: readHeaderTimeout,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				p.mu.Lock()
+				p.counts.Connections++
+				p.mu.Unlock()
+			}
+		}}
 	go func() {
 		defer close(p.done)
 		p.srv.Serve(ln)

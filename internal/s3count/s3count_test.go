@@ -3,6 +3,7 @@ package s3count_test
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -264,5 +265,39 @@ func TestDropReplyAppliesTheWrite(t *testing.T) {
 	}
 	if c := p.Counts(); c.Requests[s3count.OpCreate] != 3 || c.Injected[s3count.OpCreate] != 3 || c.Answered(s3count.OpCreate, 0) != 3 {
 		t.Fatalf("counts %s, want 3 creates, each answer dropped", c)
+	}
+}
+
+// TestCountsConnections: the proxy counts the connections its clients
+// open — one for a client that keeps it alive, one per request for a
+// client that does not.
+func TestCountsConnections(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer target.Close()
+	p, err := s3count.New(target.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, keepAlive := range []bool{true, false} {
+		before := p.Counts()
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
+		for range 5 {
+			resp, err := c.Get(p.URL() + "/bucket/key")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		c.CloseIdleConnections()
+		got := p.Counts().Sub(before)
+		want := 1
+		if !keepAlive {
+			want = 5
+		}
+		if got.Connections != want || got.Total() != 5 {
+			t.Fatalf("keep-alive %v: %d connections for %d requests, want %d for 5", keepAlive, got.Connections, got.Total(), want)
+		}
 	}
 }

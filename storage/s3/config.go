@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
@@ -61,17 +63,31 @@ type ClientConfig struct {
 	// DefaultClientConfig's. Attempts stay within the store's request timeout
 	// whatever the backoff.
 	MaxBackoff time.Duration
+	// MaxIdleConns is how many idle connections to the endpoint the client
+	// keeps for reuse; 0 means DefaultClientConfig's. The SDK's own default
+	// is 10 per host, far below the requests a runner has in flight (one
+	// per running handler's claim, commit or renewal, plus submissions):
+	// every request beyond it opened a new connection and closed it after,
+	// a TCP (and on AWS a TLS) handshake per request — CPU on both sides,
+	// and one to three extra round trips of latency on a real S3.
+	MaxIdleConns int
 	// TracerProvider receives the client's spans (see WithTracing); nil
 	// means the global provider.
 	TracerProvider trace.TracerProvider
 }
 
-// DefaultClientConfig returns the retry defaults; the caller fills in the
+// DefaultMaxIdleConns is DefaultClientConfig's MaxIdleConns: the default
+// handler limit of a runner (entity.max_concurrent_per_runner), with room
+// for its submissions and sweeps.
+const DefaultMaxIdleConns = 320
+
+// DefaultClientConfig returns the retry and connection defaults; the caller fills in the
 // endpoint, region (or leaves it to the AWS chain) and credentials.
 func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
-		MaxAttempts: 3,
-		MaxBackoff:  time.Second,
+		MaxAttempts:  3,
+		MaxBackoff:   time.Second,
+		MaxIdleConns: DefaultMaxIdleConns,
 	}
 }
 
@@ -121,6 +137,9 @@ func (c ClientConfig) Validate() error {
 	if c.MaxBackoff < 0 {
 		return &ConfigError{"MaxBackoff", fmt.Sprintf("%s is negative", c.MaxBackoff)}
 	}
+	if c.MaxIdleConns < 0 {
+		return &ConfigError{"MaxIdleConns", fmt.Sprintf("%d is negative", c.MaxIdleConns)}
+	}
 	return nil
 }
 
@@ -144,6 +163,9 @@ func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = def.MaxBackoff
 	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = def.MaxIdleConns
+	}
 	region := config.WithDefaultRegion(DefaultRegion)
 	if c.Region != "" {
 		region = config.WithRegion(c.Region)
@@ -152,6 +174,9 @@ func NewClient(ctx context.Context, c ClientConfig) (*awss3.Client, error) {
 		region,
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConns, tr.MaxIdleConnsPerHost = c.MaxIdleConns, c.MaxIdleConns
+		})),
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = c.MaxAttempts
