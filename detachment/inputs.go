@@ -232,6 +232,18 @@ func (m *Machine) applyConfig(now time.Time, old Config) {
 	m.reconcile(now) // the mode may have changed
 }
 
+// Check detaches at once if the lease deadline − margin has passed, before
+// it returns: every context the decision and the attachment gave out is
+// then cancelled (synchronously, with its children). The cutoff timer
+// normally does this on time; Check is for the moment after a process was
+// paused past its lease (SIGSTOP, a frozen VM, a stop-the-world pause),
+// when every goroutine resumes at once and the timer's may run after the
+// one about to start work. Work about to have an effect — a claim, a
+// handler's start, a handler's external call — calls it first, so that it
+// never acts on an attachment that has already ended by the clock. A mutex
+// and a clock read; no I/O.
+func (m *Machine) Check() { m.input(func(time.Time) {}) }
+
 // input runs f under the lock with the current time, after the deadline
 // check (so a late timer cannot let an input act on an expired lease), then
 // delivers what it produced. Inputs after stop are ignored.

@@ -148,10 +148,13 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 		hctx = ContextWithCaller(hctx, e.h.caller)
 	}
 	hctx = e.withSelf(hctx, t.Type, t.Entity, t.ID)
+	var bound context.Context
 	if t.Claim != nil && t.Claim.Enforced {
+		bound = c.enf.Ctx
 		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
 		defer stop()
 	}
+	hctx = e.withAttachmentCheck(hctx, bound)
 	if t.Timeout > 0 {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
@@ -174,8 +177,16 @@ func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
 	view := t.Clone() // the handler's own copy: renewals change a.t
 	var result json.RawMessage
 	var herr error
-	if hctx.Err() != nil {
-		// Interrupted between the claim and the start: do not start.
+	if Attached(hctx) != nil {
+		// Interrupted between the claim and the start (Attached also
+		// catches a runner whose lease ran out while the process was
+		// paused during the claim, before its timer says so): do not
+		// start. With hctx still live, it was the enforced claim's
+		// decision that ended, whose AfterFunc has not run yet: stop as
+		// it would have.
+		if hctx.Err() == nil {
+			cancel(errEnforcedStop)
+		}
 		herr = context.Cause(hctx)
 	} else {
 		result, herr = e.handleStateful(hctx, ent, sc, view)

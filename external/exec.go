@@ -38,6 +38,11 @@ func execHandler(command string, grace time.Duration) entity.HandlerFunc {
 		// cannot kill with the command (Windows), may hold stdout open:
 		// stop waiting for it this long after the command exits.
 		cmd.WaitDelay = grace + time.Second
+		// Last thing before the command starts: a runner paused past its
+		// lease must not start it on resuming (see entity.Attached).
+		if err := entity.Attached(ctx); err != nil {
+			return nil, err
+		}
 		err := runGroup(ctx, cmd, grace)
 		if cause := context.Cause(ctx); cause != nil {
 			return nil, cause

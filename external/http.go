@@ -50,6 +50,11 @@ func httpHandler(target string, client *http.Client) entity.HandlerFunc {
 		req.Header.Set("Tenure-Task-Ref", t.Ref())
 		req.Header.Set("Tenure-Task-Attempt", strconv.Itoa(t.Attempt))
 		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+		// Last thing before the request leaves: a runner paused past its
+		// lease must not send it on resuming (see entity.Attached).
+		if err := entity.Attached(ctx); err != nil {
+			return nil, err
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil {

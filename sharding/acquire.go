@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -136,10 +137,19 @@ func (m *Manager) own(gen uint64, s storage.ShardID, epoch, lease int64) {
 	}
 	ctx, cancel := context.WithCancelCause(actx)
 	o := &owned{Ownership: Ownership{Shard: s, Epoch: epoch, LeaseID: lease, Since: time.Now(), Ctx: ctx,
-		Enforcement: m.machine.Enforcement}, cancel: cancel}
+		Enforcement: m.checkedEnforcement}, cancel: cancel}
 	if !m.moveLocked(s, ownedAs(o)) {
 		cancel(errShardTransition)
 		return
 	}
 	m.notify.push(notice{o: o.Ownership})
+}
+
+// checkedEnforcement is the machine's Enforcement after its deadline
+// check (detachment.Machine.Check): work asks before it starts, and must
+// not be told "live" by a decision whose cutoff has passed while the
+// process was paused and its timer has not run yet.
+func (m *Manager) checkedEnforcement() detachment.Enforcement {
+	m.machine.Check()
+	return m.machine.Enforcement()
 }

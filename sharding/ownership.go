@@ -25,7 +25,10 @@ type Ownership struct {
 	// the decision context that such work must stay bound to (see
 	// detachment.Enforcement). Task claims record the promise so that a
 	// successor knows whether it may take a task over before its lease
-	// lapses. Nil: never enforced.
+	// lapses. Calling it first detaches the runner if its lease deadline −
+	// margin has passed (a process paused past its lease), so that what it
+	// returns, and every context of the ownership, is current by the clock.
+	// Nil: never enforced.
 	Enforcement func() detachment.Enforcement
 }
 
