@@ -70,5 +70,14 @@ func TestCheckDetachesAfterAPause(t *testing.T) {
 	if got := m.Enforcement(); got.Enforced {
 		t.Fatal("still enforcing after Check detached")
 	}
+	// The subscribers hear of it on a goroutine of their own.
+	m.waitDelivered(m.issuedNow())
 	wantKinds(t, r, "attached detached:lease-deadline")
+}
+
+// issuedNow is the number of batches issued so far.
+func (m *Machine) issuedNow() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.issued
 }

@@ -241,8 +241,24 @@ func (m *Machine) applyConfig(now time.Time, old Config) {
 // one about to start work. Work about to have an effect — a claim, a
 // handler's start, a handler's external call — calls it first, so that it
 // never acts on an attachment that has already ended by the clock. A mutex
-// and a clock read; no I/O.
-func (m *Machine) Check() { m.input(func(time.Time) {}) }
+// and a clock read; no I/O. The contexts end before Check returns; the
+// subscribers hear of the detachment on a goroutine of their own, in
+// order as always, so that a caller deep in some work (which a subscriber
+// may wait for, as a planned handoff waits for its shard's workers) never
+// runs them itself.
+func (m *Machine) Check() {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return
+	}
+	m.checkDeadline(m.clock.Now())
+	b := m.takeBatch()
+	m.mu.Unlock()
+	if len(b.trans) > 0 {
+		go m.deliver(b)
+	}
+}
 
 // input runs f under the lock with the current time, after the deadline
 // check (so a late timer cannot let an input act on an expired lease), then
