@@ -380,16 +380,7 @@ func TestReassignMatchesSpec(t *testing.T) {
 		n := 1 + rng.IntN(12)
 		shards := 1 + rng.IntN(80)
 		runners := randomRunners(rng, n, i%2 == 1)
-		for j := range runners {
-			switch rng.IntN(6) {
-			case 0:
-				runners[j].Groups = []string{"a"}
-			case 1:
-				runners[j].Weight = 0
-			case 2:
-				runners[j].Weight = 0.001 + rng.Float64()*5
-			}
-		}
+		mixRunners(rng, runners, 6)
 		cur := Assignment{}
 		for _, g := range groups {
 			for k := range shards {
@@ -838,4 +829,19 @@ func FuzzAssign(f *testing.F) {
 			t.Fatalf("%d shards assigned with shardsPerGroup 0", len(got))
 		}
 	})
+}
+
+// mixRunners makes some of runners serve only group "a", some drained
+// (weight 0) and some of another weight: each with one chance in outOf.
+func mixRunners(rng *rand.Rand, runners []Candidate, outOf int) {
+	for j := range runners {
+		switch rng.IntN(outOf) {
+		case 0:
+			runners[j].Groups = []string{"a"}
+		case 1:
+			runners[j].Weight = 0
+		case 2:
+			runners[j].Weight = 0.001 + rng.Float64()*5
+		}
+	}
 }

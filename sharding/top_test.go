@@ -24,16 +24,7 @@ func TestManyRunnersMatchSpec(t *testing.T) {
 		n := 4*maxTop + 1 + rng.IntN(60)
 		shards := 4*n + rng.IntN(4*n)
 		runners := randomRunners(rng, n, i%3 == 1)
-		for j := range runners {
-			switch rng.IntN(8) {
-			case 0:
-				runners[j].Groups = []string{"a"}
-			case 1:
-				runners[j].Weight = 0
-			case 2:
-				runners[j].Weight = 0.001 + rng.Float64()*5
-			}
-		}
+		mixRunners(rng, runners, 8)
 		if got, want := Assign(groups, shards, runners), referenceReassign(groups, shards, runners, nil); !maps.Equal(got, want) {
 			t.Fatalf("case %d (%d runners, %d shards): Assign differs from the spec in %d shards", i, n, shards, movedShards(got, want))
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tenurehq/tenure/internal/s3count"
 	"github.com/tenurehq/tenure/internal/testenv"
@@ -28,7 +29,10 @@ func TestClientKeepsConnectionsForItsConcurrency(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gw := testenv.SharedS3(t)
-			p, err := s3count.New(gw.Endpoint())
+			// A round trip long enough that every request of a wave is in
+			// flight at once however busy the machine: a wave needs
+			// inFlight connections.
+			p, err := s3count.New(gw.Endpoint(), s3count.WithLatency(200*time.Millisecond, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
