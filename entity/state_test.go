@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,10 @@ type stateOps struct {
 	// holdCommits, while set, blocks every write of a completed task until
 	// its context ends.
 	holdCommits atomic.Bool
-	held        chan struct{} // receives once per held commit
+	// loseReply, while set, has the next write of a state object land and
+	// then fail, as a write whose answer was lost does.
+	loseReply atomic.Bool
+	held      chan struct{} // receives once per held commit
 }
 
 func (s *stateOps) count(op, key string) {
@@ -67,7 +71,11 @@ func (s *stateOps) Replace(ctx context.Context, key string, body []byte, ifMatch
 		<-ctx.Done()
 		return "", ctx.Err()
 	}
-	return s.ObjectStore.Replace(ctx, key, body, ifMatch)
+	etag, err := s.ObjectStore.Replace(ctx, key, body, ifMatch)
+	if err == nil && strings.HasPrefix(key, state.Prefix) && s.loseReply.CompareAndSwap(true, false) {
+		return "", &storage.OpError{Op: "replace", Key: key, Err: fmt.Errorf("%w: the answer was lost", storage.ErrUnavailable)}
+	}
+	return etag, err
 }
 
 // stateEnv is an env on one shard (every entity shares it) whose bare
@@ -108,6 +116,9 @@ func (c *stateCounter) apply(ctx context.Context, body []byte) ([]byte, error) {
 	}
 	c.st.Get().Total += in.Add
 	if err := c.st.Save(ctx); err != nil {
+		// Not added: memory must not keep what S3 may not have (as the
+		// built-in counter does).
+		c.st.Get().Total -= in.Add
 		return nil, err
 	}
 	if in.Fail {
@@ -197,6 +208,34 @@ func TestStateSurvivesPassivation(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(b.metrics.stateLoads[stateAbsent]); v != 1 {
 		t.Fatalf("absent loads = %v, want 1", v)
+	}
+}
+
+// TestStateWriteOfUnknownOutcomeReloads: a save that landed in S3 but
+// whose answer was lost leaves the counter's memory without the add (it
+// cannot know); the instance is then read again before its next turn, so
+// that the next call answers what S3 holds, not the memory.
+func TestStateWriteOfUnknownOutcomeReloads(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	b := e.counterHost(&runs, 0)
+	b.own(shard0, 100)
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":1}`)
+	ops.loseReply.Store(true)
+	if got, err := b.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":2}`); err == nil {
+		t.Fatalf("a save whose answer was lost: %q, want an error", got)
+	}
+	if env := e.stored("counter", "c1"); total(t, env) != 3 {
+		t.Fatalf("stored total %d, want 3: the lost answer's write landed", total(t, env))
+	}
+	ops.take()
+	mustCall(t, b, "counter", "c1", `{"add":0}`, `{"total":3}`)
+	if got := ops.take(); got["get"] != 1 {
+		t.Fatalf("the call after the unknown write: %v, want 1 GET (the state read again)", got)
+	}
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":4}`)
+	if env := e.stored("counter", "c1"); total(t, env) != 4 {
+		t.Fatalf("stored total %d, want 4", total(t, env))
 	}
 }
 

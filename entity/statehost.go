@@ -50,6 +50,12 @@ type stateCore struct {
 	// fenced is set once a write was refused: the instance's memory is
 	// stale and it must be discarded.
 	fenced error
+	// uncertain is set by a write whose outcome is unknown (a timeout, a
+	// lost answer: it may have landed) and cleared by the next write that
+	// lands: until then the instance's memory may not be what S3 holds,
+	// so it is discarded before its next turn and the state read again,
+	// lest a read answer a total without a write that did land.
+	uncertain error
 	// seq numbers the snapshots Save takes; written is the latest one
 	// stored, so an older snapshot (a write-behind flush racing a task's
 	// write) is never written over a newer one.
@@ -121,11 +127,15 @@ func (c *stateCore) rev() int64 {
 	return c.env.Rev
 }
 
-// stale reports the fenced error once a write was refused.
+// stale reports the fenced error once a write was refused, or the error
+// of a write whose outcome is unknown.
 func (c *stateCore) stale() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fenced
+	if c.fenced != nil {
+		return c.fenced
+	}
+	return c.uncertain
 }
 
 // save is State.Save's host side.
@@ -191,7 +201,7 @@ func (c *stateCore) write(ctx context.Context, raw json.RawMessage, seq int64, r
 	case err == nil:
 		m.stateSaves[stateOK].Inc()
 		m.stateBytes.Observe(float64(len(raw)))
-		c.env, c.etag, c.written = next, netag, seq
+		c.env, c.etag, c.written, c.uncertain = next, netag, seq, nil
 		return nil
 	case errors.Is(err, state.ErrFenced):
 		m.stateSaves[stateConflict].Inc()
@@ -201,6 +211,7 @@ func (c *stateCore) write(ctx context.Context, raw json.RawMessage, seq int64, r
 		m.stateSaves[stateTooLarge].Inc()
 	default:
 		m.stateSaves[stateError].Inc()
+		c.uncertain = fmt.Errorf("entity %s/%s: the outcome of a state write is unknown: %w", c.typ, c.id, err)
 	}
 	return fmt.Errorf("entity %s/%s: save state: %w", c.typ, c.id, err)
 }
