@@ -26,6 +26,8 @@ const (
 	msgPanic     = "panic"
 	msgRefused   = "refused"
 	msgCancelled = "cancelled"
+	// msgApplication: the handler returned an *AppError.
+	msgApplication = "application"
 )
 
 // ErrEmptyEntityID is returned for a message that names no entity id.
@@ -38,6 +40,10 @@ type call struct {
 	context.Context
 	cancel context.CancelCauseFunc
 	msg    Message
+	// parent is the caller's context (a send's own): when it has ended,
+	// the caller's deadline or cancellation ended the message, else its
+	// runner did (a detachment, a lost shard, a shutdown).
+	parent context.Context
 	caller Caller
 	dec    context.Context // the detachment decision it was admitted under; nil: none
 	box    *mailbox
@@ -69,9 +75,10 @@ func (c *call) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// ctxErr is the error of a message whose context ended before it started.
+// ctxErr is the error of a message whose caller's context ended before
+// it started.
 func (c *call) ctxErr() error {
-	return fmt.Errorf("entity: message to %s/%s not started: %w", c.msg.Type, c.msg.ID, context.Cause(c.Context))
+	return fmt.Errorf("entity: message to %s/%s: %w: %w", c.msg.Type, c.msg.ID, ErrNotStarted, context.Cause(c.parent))
 }
 
 // CallFrom returns the message a handler's context runs: a Handle called
@@ -114,14 +121,14 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		h.metrics.messages(kind, msgCancelled).Inc()
-		return nil, fmt.Errorf("entity: message to %s/%s not started: %w", d.Type, d.ID, context.Cause(ctx))
+		return nil, fmt.Errorf("entity: message to %s/%s: %w: %w", d.Type, d.ID, ErrNotStarted, context.Cause(ctx))
 	}
 	dctx := e.decision()
 	key := task.EntityKey(d.Type, d.ID)
 	if d.OneWay {
 		return nil, e.admitSend(d.Message, dctx, key)
 	}
-	c := &call{msg: d.Message, caller: h.caller, dec: dctx, exec: e}
+	c := &call{msg: d.Message, parent: ctx, caller: h.caller, dec: dctx, exec: e}
 	c.Context, c.cancel = context.WithCancelCause(ctx)
 	defer c.cancel(nil)
 	e.mu.Lock()
@@ -152,6 +159,7 @@ func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error
 	// The send's context starts now, independent of the caller's, which
 	// ends when Deliver returns.
 	ctx, stop := context.WithTimeout(context.Background(), e.h.cfg.SendTimeout)
+	c.parent = ctx
 	c.Context, c.cancel = context.WithCancelCause(ctx)
 	e.mu.Lock()
 	if err := e.gateLocked(dctx); err != nil {
@@ -188,18 +196,25 @@ func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error
 func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 	box := c.box
 	if c.Err() != nil {
-		err = c.ctxErr() // ended while taking the turn
+		err = e.notStarted(c) // ended while taking the turn
 	} else if ent, _, ierr := e.instanceFor(box, c.msg.Type, c.msg.ID); ierr != nil {
-		err = ierr
-		if errors.Is(ierr, ErrStateFenced) {
+		switch {
+		case errors.Is(ierr, ErrStateFenced):
 			// A newer ownership fenced the entity's state: the shard is
 			// being lost, and the caller must route again.
 			err = e.refusal(RefusedNotOwner)
+		case e.ctx.Err() != nil:
+			err = e.endedRefusal() // the activation ended with the shard
+		case errors.Is(ierr, ErrNoHandler):
+			err = ierr
+		default:
+			err = fmt.Errorf("entity: message to %s/%s: %w: activating the entity: %w", c.msg.Type, c.msg.ID, ErrNotStarted, ierr)
 		}
 	} else {
 		reply, err = handleMessage(c, ent, e.own.Shard)
 		var pe *PanicError
-		if err != nil && c.Err() != nil && !errors.As(err, &pe) {
+		var ae *AppError
+		if err != nil && c.Err() != nil && !errors.As(err, &pe) && !errors.As(err, &ae) {
 			err = interrupted(c, err)
 		}
 	}
@@ -220,25 +235,68 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 	return reply, err
 }
 
-// interrupted is the error of a handler that failed after its context
-// ended: the interruption (the caller's cancel or deadline, a detachment,
-// a lost shard) is what the caller must see, not the handler's own words
-// for it. It matches context.Canceled when the cause is not already a
-// context error, so that transports report a cancellation.
-func interrupted(c *call, herr error) error {
-	cause := context.Cause(c)
-	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
-		return fmt.Errorf("entity: message to %s/%s interrupted: %w (the handler returned: %v)", c.msg.Type, c.msg.ID, cause, herr)
+// notStarted is the error of a message whose context ended after it was
+// admitted and before its handler started. Its runner stopping it (a
+// detachment, a lost shard) is a refusal, so that the caller routes it
+// again; the caller's own deadline or cancellation is ErrNotStarted.
+func (e *shardExec) notStarted(c *call) error {
+	if c.parent.Err() != nil {
+		return c.ctxErr()
 	}
-	return fmt.Errorf("entity: message to %s/%s interrupted: %w: %w (the handler returned: %v)", c.msg.Type, c.msg.ID, context.Canceled, cause, herr)
+	if c.dec != nil && c.dec.Err() != nil {
+		return e.refusal(RefusedNotAttached)
+	}
+	if e.ctx.Err() != nil {
+		return e.endedRefusal()
+	}
+	return e.refusal(RefusedNotOwner)
+}
+
+// interrupted is the error of a handler that failed after its context
+// ended: the interruption is what the caller must see, not the handler's
+// own words for it. It matches ErrInterrupted, and the caller's context
+// error when the caller's cancel or deadline ended it. A runner's
+// interruption (a detachment, a lost shard, a shutdown) keeps only the
+// text of its reason, which may wrap a context error of its own (a
+// detachment's wraps the keep-alive's deadline): the caller's deadline did
+// not pass, and nothing may read as if it had.
+func interrupted(c *call, herr error) error {
+	if c.parent.Err() != nil {
+		return fmt.Errorf("entity: message to %s/%s: %w: %w (the handler returned: %v)", c.msg.Type, c.msg.ID, ErrInterrupted, context.Cause(c.parent), herr)
+	}
+	return &runnerStop{msg: c.msg, reason: context.Cause(c), herr: herr}
+}
+
+// runnerStop is the error of a handler its runner interrupted. It matches
+// ErrInterrupted and its reason (e.g. a sharding.LostError), unless the
+// reason matches a context error: then it keeps only the reason's text.
+type runnerStop struct {
+	msg    Message
+	reason error
+	herr   error
+}
+
+func (e *runnerStop) Error() string {
+	return fmt.Sprintf("entity: message to %s/%s: %v by its runner: %v (the handler returned: %v)", e.msg.Type, e.msg.ID, ErrInterrupted, e.reason, e.herr)
+}
+
+func (e *runnerStop) Unwrap() []error {
+	if e.reason == nil || errors.Is(e.reason, context.Canceled) || errors.Is(e.reason, context.DeadlineExceeded) {
+		return []error{ErrInterrupted}
+	}
+	return []error{ErrInterrupted, e.reason}
 }
 
 // outcomeOf classifies a message's error for the outcome label.
 func outcomeOf(err error) string {
+	var ae *AppError
 	switch {
 	case errors.Is(err, ErrRefused):
 		return msgRefused
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &ae):
+		return msgApplication
+	case errors.Is(err, ErrInterrupted), errors.Is(err, ErrNotStarted),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return msgCancelled
 	}
 	return msgError

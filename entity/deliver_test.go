@@ -385,14 +385,18 @@ func TestDeliverRefusals(t *testing.T) {
 	<-k.entered
 	queued := b.callAsync(ctx, "probe", "r1", `2`)
 	testenv.WaitFor(t, "a queued call", 10*time.Second, func() bool { return b.waiting("probe", "r1") == 1 })
-	o.detach(errors.New("test detaches"))
+	// A detachment's reason may wrap the keep-alive's own deadline, as
+	// etcd's does: the caller must not read it as its deadline.
+	o.detach(fmt.Errorf("test detaches: keep-alive failed: %w", context.DeadlineExceeded))
 	if cause := <-k.ended; cause == nil || !strings.Contains(cause.Error(), "test detaches") {
 		t.Fatalf("running call ended with %v, want the detachment", cause)
 	}
-	// The caller sees an interruption (a cancellation naming the
-	// detachment), not the handler's failure.
-	if r := <-running; r.err == nil || !errors.Is(r.err, context.Canceled) || !strings.Contains(r.err.Error(), "interrupted") {
-		t.Fatalf("running call after the detachment returned %v, want an interruption matching context.Canceled", r.err)
+	// The caller sees an interruption by the runner naming the
+	// detachment, not the handler's failure, and no context error: its
+	// deadline did not pass.
+	if r := <-running; r.err == nil || !errors.Is(r.err, ErrInterrupted) || errors.Is(r.err, context.DeadlineExceeded) ||
+		errors.Is(r.err, context.Canceled) || !strings.Contains(r.err.Error(), "test detaches") {
+		t.Fatalf("running call after the detachment returned %v, want an interruption matching ErrInterrupted and no context error", r.err)
 	}
 	refusedAs(t, (<-queued).err, RefusedNotAttached, 7)
 	_, err = b.Deliver(ctx, d)
@@ -527,7 +531,7 @@ func TestDeliverBadInput(t *testing.T) {
 	runs := s.runs.Load()
 	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
-	if _, err := b.call(expired, "probe", "b1", `2`); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.call(expired, "probe", "b1", `2`); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotStarted) {
 		t.Fatalf("expired call: %v", err)
 	}
 	if s.runs.Load() != runs {

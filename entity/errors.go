@@ -38,3 +38,21 @@ func (e *PanicError) Error() string { return fmt.Sprintf("entity: handler panick
 
 // ErrNoHandler is reported for a task type no handler is registered for.
 var ErrNoHandler = errors.New("entity: no handler registered for the task type")
+
+// Errors of a message (a call or a send) whose handler did not run to its
+// end, told apart by whether it started: the caller may deliver a message
+// that did not start again, and must not assume anything of one that did.
+var (
+	// ErrNotStarted is matched by the error of a message whose handler
+	// never started: the caller's context ended while it waited for the
+	// entity's turn, or the entity could not be activated (its state did
+	// not load, its OnStart failed). Nothing of the message happened.
+	ErrNotStarted = errors.New("entity: message not started")
+	// ErrInterrupted is matched by the error of a message whose handler
+	// started and was stopped before it returned: the caller's deadline or
+	// cancellation (the error matches that context error too), or its
+	// runner's detachment, loss of the shard or shutdown (the error then
+	// matches no context error: it is not the caller's deadline). What the
+	// handler did before it stopped stands: its outcome is unknown.
+	ErrInterrupted = errors.New("entity: handler interrupted")
+)

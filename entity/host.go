@@ -201,7 +201,7 @@ func (h *Host) ShardReleasing(ctx context.Context, o sharding.Ownership) {
 	e.decide(ctx, true)
 	if !e.waitStopped(ctx, string(sharding.LossReleased)) {
 		// The lock goes now: messages still running must stop.
-		e.cancelCalls(context.Cause(ctx))
+		e.cancelCalls(fmt.Errorf("shard %s released before its running messages finished (the handoff wait ended: %v)", o.Shard, context.Cause(ctx)))
 	}
 	h.routes.CompareAndDelete(o.Shard, e)
 }

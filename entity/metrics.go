@@ -116,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sweeps = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "sweeps_total",
 		Help: "Retention sweep passes completed over owned shards."})
 	msgs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "entity", Name: "messages_total",
-		Help: "Messages delivered to this runner's entities, by kind (call, send) and outcome (ok, error, panic, refused, cancelled)."},
+		Help: "Messages delivered to this runner's entities, by kind (call, send) and outcome (ok; application: the handler returned an application error; error; panic; refused; cancelled: interrupted or not started)."},
 		[]string{"kind", "outcome"})
 	msgDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "entity", Name: "message_duration_seconds",
 		Help:    "Handler run time of one message (call or send), from its turn to its reply.",
@@ -124,7 +124,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.msgs, m.msgDur = map[string]map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
 	for _, kind := range []string{kindCall, kindSend} {
 		m.msgs[kind] = map[string]prometheus.Counter{}
-		for _, outcome := range []string{msgOK, msgError, msgPanic, msgRefused, msgCancelled} {
+		for _, outcome := range []string{msgOK, msgError, msgApplication, msgPanic, msgRefused, msgCancelled} {
 			m.msgs[kind][outcome] = msgs.WithLabelValues(kind, outcome)
 		}
 		m.msgDur[kind] = msgDur.WithLabelValues(kind)

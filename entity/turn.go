@@ -158,7 +158,7 @@ func (e *shardExec) waitTurn(c *call) error {
 	defer e.mu.Unlock()
 	err := e.gateLocked(c.dec)
 	if err == nil && c.Err() != nil {
-		err = c.ctxErr()
+		err = e.notStarted(c)
 	}
 	if !c.granted {
 		if err == nil { // cannot happen: woken only by a grant or an end

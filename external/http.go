@@ -77,7 +77,35 @@ func httpHandler(target string, client *http.Client) entity.HandlerFunc {
 		case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 			return nil, fmt.Errorf("http handler %s: %s (retrying): %s", target, resp.Status, head(got, handlerErrorTail))
 		default:
+			if ae := appErrorOf(code, got); ae != nil {
+				return nil, entity.Permanent(ae)
+			}
 			return nil, entity.Permanent(fmt.Errorf("http handler %s: %s: %s", target, resp.Status, head(got, handlerErrorTail)))
 		}
 	}
+}
+
+// appErrorOf is the application error a handler's 4xx answer carries: a
+// JSON object with a string "code", and optionally "message" (or "error")
+// and "details". A call answered so reaches its caller as that
+// entity.AppError, with the handler's status when it is one an AppError
+// may have; nil when the body is not such an object.
+func appErrorOf(status int, body []byte) *entity.AppError {
+	var b struct {
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Error   string          `json:"error"`
+		Details json.RawMessage `json:"details"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Code == "" {
+		return nil
+	}
+	if b.Message == "" {
+		b.Message = b.Error
+	}
+	ae := entity.NewAppError(b.Code, b.Message).WithStatus(status)
+	if len(b.Details) > 0 && string(b.Details) != "null" {
+		ae.Details = b.Details
+	}
+	return ae
 }

@@ -45,6 +45,11 @@ func TestHTTPHandler(t *testing.T) {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		io.WriteString(w, "HEAD"+strings.Repeat("x", 3000)+"TAIL")
 	})
+	mux.HandleFunc("POST /checked-out", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"code":"checked_out","message":"cart is checked out","details":{"cart":"c1"}}`)
+	})
 	mux.HandleFunc("POST /busy", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "try later", 503) })
 	mux.HandleFunc("POST /limited", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "slow down", 429) })
 	mux.HandleFunc("POST /moved", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
@@ -93,6 +98,14 @@ func TestHTTPHandler(t *testing.T) {
 	_, err = call(ctx, "/bad", handlerTask(""))
 	if !entity.IsPermanent(err) || !strings.Contains(err.Error(), "422") || !strings.Contains(err.Error(), "HEAD") || strings.Contains(err.Error(), "TAIL") {
 		t.Errorf("4xx: err = %v, want permanent with the status and the body's first KiB", err)
+	}
+	// A 4xx with a JSON {"code", "message", "details"} is an application
+	// error, which a caller gets back as it is.
+	_, err = call(ctx, "/checked-out", handlerTask(""))
+	var ae *entity.AppError
+	if !entity.IsPermanent(err) || !errors.As(err, &ae) || ae.Code != "checked_out" || ae.Message != "cart is checked out" ||
+		string(ae.Details) != `{"cart":"c1"}` || ae.HTTPStatus() != http.StatusConflict {
+		t.Errorf("4xx with an application error: err = %v (%+v), want a permanent AppError with its code, message, details and 409", err, ae)
 	}
 	for _, path := range []string{"/busy", "/limited"} {
 		if _, err := call(ctx, path, handlerTask("")); err == nil || entity.IsPermanent(err) {

@@ -151,9 +151,12 @@ func (c *Client) endSpan(span trace.Span, cl *call, err error) {
 }
 
 func outcomeOf(err error) string {
+	var ae *entity.AppError
 	switch {
 	case err == nil:
 		return outcomeOK
+	case errors.As(err, &ae):
+		return outcomeApplication
 	case errors.Is(err, entity.ErrRefused):
 		// Refused until its deadline: the refusal is what the caller
 		// needs to see (the error also matches the deadline).
@@ -163,7 +166,7 @@ func outcomeOf(err error) string {
 		// is unknown to its caller too (the error matches both), but it
 		// counts as what ended it.
 		return outcomeTimeout
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, entity.ErrInterrupted):
 		return outcomeUnknown
 	}
 	return outcomeError
@@ -173,15 +176,17 @@ func outcomeOf(err error) string {
 type result int
 
 const (
-	finished result = iota // a reply, a definite failure, or an unknown outcome
+	finished result = iota // a reply, or an error Retryable does not accept
 	refused                // the owner did not start it: route again
 	notSent                // the request never left this process: route again
+	retried                // another error Retryable accepts (the entity not activated)
 )
 
-// run makes attempts until one finishes or ctx ends. It routes on the
-// table's owner, or on a refusal's hint when that names a newer holder;
-// between attempts it waits for the table to name another holder than the
-// one that failed, at most a jittered backoff.
+// run makes attempts until one finishes or ctx ends: it sends a call
+// again only when Retryable says its attempt did not start. It routes on
+// the table's owner, or on a refusal's hint when that names a newer
+// holder; between attempts it waits for the table to name another holder
+// than the one that failed, at most a jittered backoff.
 func (c *Client) run(ctx context.Context, cl *call) ([]byte, error) {
 	var (
 		owner  routing.Owner
@@ -204,9 +209,10 @@ func (c *Client) run(ctx context.Context, cl *call) ([]byte, error) {
 		cl.attempts++
 		cl.epoch = owner.Epoch
 		reply, res, err := c.attempt(ctx, cl, owner)
-		switch res {
-		case finished:
+		if err == nil || !Retryable(err) {
 			return reply, err
+		}
+		switch res {
 		case refused:
 			var r *entity.RefusedError
 			if errors.As(err, &r) {
@@ -219,6 +225,8 @@ func (c *Client) run(ctx context.Context, cl *call) ([]byte, error) {
 			}
 		case notSent:
 			c.metrics.reroutes.WithLabelValues(rerouteNotSent).Inc()
+		default:
+			c.metrics.reroutes.WithLabelValues(rerouteUnavailable).Inc()
 		}
 		cl.last = err
 		if hinted {
@@ -253,11 +261,16 @@ func (c *Client) giveUp(ctx context.Context, cl *call, err error) error {
 	if cause == nil {
 		cause = err
 	}
+	var ce *CallError
 	switch {
 	case cl.last == nil:
 		return fmt.Errorf("messaging: call %s/%s: no runner holds shard %s: %w: %w", cl.typ, cl.id, cl.shard, ErrNoOwner, cause)
 	case errors.Is(cl.last, entity.ErrRefused):
 		return fmt.Errorf("messaging: call %s/%s: gave up after %d attempts: %w: %w", cl.typ, cl.id, cl.attempts, cl.last, cause)
+	case errors.As(cl.last, &ce):
+		// The owner could not start it (its entity not activated, or the
+		// deadline before its turn): that is the answer.
+		return cl.last
 	}
 	return fmt.Errorf("messaging: call %s/%s: gave up after %d attempts: %w: %w (last: %w)", cl.typ, cl.id, cl.attempts, ErrNoOwner, cause, cl.last)
 }
@@ -304,9 +317,13 @@ func (c *Client) attemptLocal(ctx context.Context, cl *call, owner routing.Owner
 	case errors.As(err, &r):
 		return nil, refused, r
 	case err != nil:
-		return nil, finished, c.callError(cl, failureOf(cl.typ, err))
+		ce := c.callError(cl, failureOf(ctx, cl.typ, err))
+		if Retryable(ce) {
+			return nil, retried, ce
+		}
+		return nil, finished, ce
 	case len(out) > c.cfg.MaxMessageBytes:
-		return nil, finished, c.callError(cl, failureOf(cl.typ, &TooLargeError{What: "reply", Size: len(out), Limit: c.cfg.MaxMessageBytes}))
+		return nil, finished, c.callError(cl, failureOf(ctx, cl.typ, &TooLargeError{What: "reply", Size: len(out), Limit: c.cfg.MaxMessageBytes}))
 	}
 	return out, finished, nil
 }
@@ -317,7 +334,7 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 		return nil, finished, err
 	}
 	if err != nil {
-		return nil, notSent, err
+		return nil, notSent, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	req := &callpb.CallRequest{Type: cl.typ, Id: cl.id, Group: c.cfg.Group, Payload: cl.body,
 		Epoch: owner.Epoch, OneWay: cl.kind == kindSend, Trace: cl.trace}
@@ -330,10 +347,10 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 	rep, err := pc.client.Call(context.WithValue(ctx, sentKey{}, probe), req, grpc.WaitForReady(false))
 	if err != nil {
 		if probe.peerClosedBeforeWrite() {
-			return nil, notSent, fmt.Errorf("messaging: call %s/%s not sent to runner %s at %s: %w (%w)", cl.typ, cl.id, owner.RunnerID, owner.Addr, errNotWritten, err)
+			return nil, notSent, fmt.Errorf("messaging: call %s/%s to runner %s at %s: %w: %w (%w)", cl.typ, cl.id, owner.RunnerID, owner.Addr, ErrNotSent, errNotWritten, err)
 		}
 		if probe.unsent() {
-			return nil, notSent, fmt.Errorf("messaging: call %s/%s not sent to runner %s at %s: %w", cl.typ, cl.id, owner.RunnerID, owner.Addr, err)
+			return nil, notSent, fmt.Errorf("messaging: call %s/%s to runner %s at %s: %w: %w", cl.typ, cl.id, owner.RunnerID, owner.Addr, ErrNotSent, err)
 		}
 		ctxErr := context.Cause(ctx)
 		if ctxErr == nil {
@@ -361,11 +378,22 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 			owner:        routing.Owner{RunnerID: r.OwnerRunnerId, Addr: r.OwnerAddress, Epoch: r.OwnerEpoch},
 		}
 	case *callpb.CallReply_Failure:
-		return nil, finished, c.callError(cl, o.Failure)
+		ce := c.callError(cl, o.Failure)
+		if Retryable(ce) {
+			return nil, retried, ce
+		}
+		return nil, finished, ce
 	}
 	return nil, finished, fmt.Errorf("%w: call %s/%s: runner %s replied without an outcome this client knows", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID)
 }
 
 func (c *Client) callError(cl *call, f *callpb.Failure) error {
-	return &CallError{Type: cl.typ, ID: cl.id, Code: f.Code, Message: f.Message}
+	e := &CallError{Type: cl.typ, ID: cl.id, Code: f.Code, Message: f.Message, applied: appliedOf(f)}
+	if f.Code == callpb.Failure_CODE_APPLICATION {
+		e.App = &entity.AppError{Code: f.AppCode, Message: f.Message, Details: f.Details, Status: int(f.Status)}
+		if len(e.App.Details) == 0 {
+			e.App.Details = nil
+		}
+	}
+	return e
 }

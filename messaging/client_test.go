@@ -304,13 +304,18 @@ func TestOversizedRefusedBeforeSending(t *testing.T) {
 
 func TestFailuresMapToTypedErrors(t *testing.T) {
 	testenv.CheckLeaks(t)
+	app := entity.NewAppError("checked_out", "cart c1 is checked out").WithDetails(map[string]string{"cart": "c1"}).WithStatus(409)
 	errs := map[string]error{
 		"unknown":  fmt.Errorf("%w: %q", entity.ErrNoHandler, "nope"),
 		"badinput": fmt.Errorf("decoding: %w", entity.ErrBadInput),
 		"panic":    &entity.PanicError{Value: "boom"},
 		"handler":  errors.New("handler says no"),
-		"deadline": fmt.Errorf("waiting: %w", context.DeadlineExceeded),
-		"cancel":   context.Canceled,
+		// A handler's own timeout is its error, not the caller's deadline.
+		"owntimeout": fmt.Errorf("fetching: %w", context.DeadlineExceeded),
+		// A runner's interruption, whose reason carries a keep-alive's
+		// own deadline in its text: never the caller's deadline.
+		"interrupted": fmt.Errorf("%w by its runner: detached: keep-alive: context deadline exceeded", entity.ErrInterrupted),
+		"app":         entity.Permanent(app),
 	}
 	d := func(_ context.Context, d entity.Delivery) ([]byte, error) {
 		if d.ID == "huge" {
@@ -318,42 +323,149 @@ func TestFailuresMapToTypedErrors(t *testing.T) {
 		}
 		return nil, errs[d.ID]
 	}
+	no, unknown, yes := messaging.AppliedNo, messaging.AppliedUnknown, messaging.AppliedYes
 	cases := []struct {
-		id   string
-		code messaging.Code
-		is   []error
-		msg  string
+		id      string
+		code    messaging.Code
+		is      []error
+		isNot   []error
+		msg     string
+		applied messaging.Applied
 	}{
-		{"unknown", messaging.Code(1), []error{messaging.ErrUnknownType}, `type "echo"`},
-		{"badinput", messaging.Code(2), []error{messaging.ErrBadInput, entity.ErrBadInput}, "decoding"},
-		{"panic", messaging.Code(3), []error{messaging.ErrPanicked}, "boom"},
-		{"handler", messaging.Code(4), []error{messaging.ErrHandler}, "handler says no"},
-		{"deadline", messaging.Code(5), []error{context.DeadlineExceeded}, "waiting"},
-		{"cancel", messaging.Code(6), []error{context.Canceled}, "canceled"},
-		{"huge", messaging.Code(7), []error{messaging.ErrTooLarge}, "reply of"},
+		{"unknown", messaging.Code(1), []error{messaging.ErrUnknownType}, nil, `type "echo"`, no},
+		{"badinput", messaging.Code(2), []error{messaging.ErrBadInput, entity.ErrBadInput}, nil, "decoding", no},
+		{"panic", messaging.Code(3), []error{messaging.ErrPanicked}, nil, "boom", unknown},
+		{"handler", messaging.Code(4), []error{messaging.ErrHandler}, nil, "handler says no", unknown},
+		{"owntimeout", messaging.Code(4), []error{messaging.ErrHandler}, []error{context.DeadlineExceeded}, "fetching", unknown},
+		{"interrupted", messaging.Code(8), []error{entity.ErrInterrupted}, []error{context.DeadlineExceeded, context.Canceled}, "detached", unknown},
+		{"app", messaging.Code(9), nil, []error{messaging.ErrHandler}, "checked out", yes},
+		{"huge", messaging.Code(7), []error{messaging.ErrTooLarge}, nil, "reply of", yes},
 	}
 	for _, local := range []bool{false, true} {
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/local=%v", tc.id, local), func(t *testing.T) {
 				v := newView()
 				var opts []messaging.Option
+				f := &fake{fn: d}
 				if local {
-					opts = append(opts, messaging.WithLocal("b", &fake{fn: d}))
+					opts = append(opts, messaging.WithLocal("b", f))
 					v.runner("b", deadAddr(t))
 				} else {
-					v.runner("b", serve(t, &fake{fn: d}))
+					v.runner("b", serve(t, f))
 				}
 				v.lock("b", 5)
 				c, _ := v.client(t, opts...)
 				_, err := c.Call(ctxT(t), "echo", tc.id, nil)
 				var ce *messaging.CallError
-				if !errors.As(err, &ce) || ce.Code != tc.code || ce.Type != "echo" || ce.ID != tc.id || !strings.Contains(ce.Message, tc.msg) {
+				if !errors.As(err, &ce) || ce.Code != tc.code || ce.Type != "echo" || ce.ID != tc.id || !strings.Contains(err.Error(), tc.msg) {
 					t.Fatalf("Call: %v; want a CallError %s naming %q", err, tc.code, tc.msg)
 				}
 				for _, target := range tc.is {
 					if !errors.Is(err, target) {
 						t.Errorf("%v does not match %v", err, target)
 					}
+				}
+				for _, target := range tc.isNot {
+					if errors.Is(err, target) {
+						t.Errorf("%v matches %v", err, target)
+					}
+				}
+				if got := messaging.AppliedOf(err); got != tc.applied || ce.Applied() != tc.applied {
+					t.Errorf("AppliedOf(%v) = %s (CallError says %s), want %s", err, got, ce.Applied(), tc.applied)
+				}
+				if messaging.Retryable(err) {
+					t.Errorf("Retryable(%v) = true", err)
+				}
+				if n := f.count.Load(); n != 1 {
+					t.Errorf("%d deliveries, want 1", n)
+				}
+				if tc.id != "app" {
+					return
+				}
+				var ae *entity.AppError
+				if !errors.As(err, &ae) || ae.Code != "checked_out" || ae.Message != "cart c1 is checked out" ||
+					string(ae.Details) != `{"cart":"c1"}` || ae.HTTPStatus() != 409 {
+					t.Errorf("errors.As AppError: %+v; want the handler's code, message, details and status", ae)
+				}
+			})
+		}
+	}
+}
+
+// TestCallerDeadlineBeforeAndAfterStart: the caller's deadline passing is
+// reported as the caller's deadline, and (on the local path, where the
+// caller hears the host's verdict) as not applied when the handler had not
+// started (it waited for its turn) or unknown when it had; a call
+// whose entity could not be activated is retried until the deadline, then
+// reported not applied.
+func TestCallerDeadlineBeforeAndAfterStart(t *testing.T) {
+	testenv.CheckLeaks(t)
+	d := func(ctx context.Context, d entity.Delivery) ([]byte, error) {
+		if d.ID == "inactive" {
+			return nil, fmt.Errorf("%w: activating the entity: state did not load", entity.ErrNotStarted)
+		}
+		<-ctx.Done()
+		if d.ID == "waiting" {
+			return nil, fmt.Errorf("%w: %w", entity.ErrNotStarted, context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("%w: %w (the handler returned: %v)", entity.ErrInterrupted, context.Cause(ctx), ctx.Err())
+	}
+	cases := []struct {
+		id        string
+		code      messaging.Code
+		is        []error
+		applied   messaging.Applied
+		retryable bool
+		multi     bool // delivered more than once
+	}{
+		{"waiting", messaging.Code(5), []error{context.DeadlineExceeded, entity.ErrNotStarted}, messaging.AppliedNo, true, false},
+		{"running", messaging.Code(5), []error{context.DeadlineExceeded, entity.ErrInterrupted}, messaging.AppliedUnknown, false, false},
+		{"inactive", messaging.Code(10), []error{entity.ErrNotStarted}, messaging.AppliedNo, true, true},
+	}
+	for _, local := range []bool{false, true} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/local=%v", tc.id, local), func(t *testing.T) {
+				v := newView()
+				var opts []messaging.Option
+				f := &fake{fn: d}
+				if local {
+					opts = append(opts, messaging.WithLocal("b", f))
+					v.runner("b", deadAddr(t))
+				} else {
+					v.runner("b", serve(t, f))
+				}
+				v.lock("b", 5)
+				c, _ := v.client(t, opts...)
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				_, err := c.Call(ctx, "echo", tc.id, nil)
+				var ce *messaging.CallError
+				if !local && tc.id != "inactive" {
+					// Remote: the caller's own deadline ends its wait for
+					// the reply first (the owner's deadline is the same or
+					// later), so it cannot know whether the handler
+					// started: the outcome is unknown.
+					if !errors.Is(err, context.DeadlineExceeded) || messaging.AppliedOf(err) != messaging.AppliedUnknown || messaging.Retryable(err) {
+						t.Fatalf("Call: %v (applied %s); want the deadline, applied unknown", err, messaging.AppliedOf(err))
+					}
+					return
+				}
+				if !errors.As(err, &ce) || ce.Code != tc.code {
+					t.Fatalf("Call: %v; want a CallError %s", err, tc.code)
+				}
+				for _, target := range tc.is {
+					if !errors.Is(err, target) {
+						t.Errorf("%v does not match %v", err, target)
+					}
+				}
+				if got := messaging.AppliedOf(err); got != tc.applied {
+					t.Errorf("AppliedOf(%v) = %s, want %s", err, got, tc.applied)
+				}
+				if got := messaging.Retryable(err); got != tc.retryable {
+					t.Errorf("Retryable(%v) = %v, want %v", err, got, tc.retryable)
+				}
+				if n := f.count.Load(); (n > 1) != tc.multi {
+					t.Errorf("%d deliveries; want more than one: %v", n, tc.multi)
 				}
 			})
 		}

@@ -36,14 +36,26 @@
 //     rather than spinning. At the deadline the error matches ErrNoOwner.
 //   - No owner: no lock is held on the shard. The Client waits on the
 //     table (routing.Table.AwaitOwner) until one is, or the deadline.
-//   - A failure (*CallError): the owner decided: unknown type, bad input,
-//     handler error or panic, deadline or cancellation at the owner, reply
-//     too large. Not retried: the handler may have run.
+//   - A failure (*CallError): the owner decided, and says whether the
+//     handler ran (CallError.Applied): not started (unknown type, bad
+//     input, the caller's deadline before the handler's turn, the entity
+//     not activated), ran and answered (an application error, an
+//     *entity.AppError the caller gets back with errors.As; a reply too
+//     large), or may have run (a handler error or panic, the handler
+//     interrupted by the caller's deadline or by its runner's detachment,
+//     lost shard or shutdown). Only an entity not activated is tried
+//     again; the rest are returned.
 //   - Unknown (ErrOutcomeUnknown): the request may have reached the owner
 //     and no answer came (the connection broke after sending, or the
 //     deadline passed while waiting). Never retried, since the handler may
 //     have run: a caller that needs delivery whatever happens uses a task,
 //     which is durable and retried by the runtime (package entity/task).
+//
+// Every error is therefore one of not applied, outcome unknown or an
+// application error: AppliedOf says which, and Retryable whether the call
+// may be sent again as it is (the loop above asks it too). A context error
+// matches only when the caller's own deadline or cancellation ended the
+// call: a runner's interruption never reads as the caller's deadline.
 //
 // A call with no deadline gets Config.DefaultTimeout. The deadline and
 // cancellation travel to the handler (gRPC carries both). A request over

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/internal/callpb"
 )
+
+// quote is typ quoted, for messages.
+func quote(s string) string { return strconv.Quote(s) }
 
 var (
 	// ErrOutcomeUnknown is returned when the request may have reached the
@@ -34,23 +38,51 @@ var (
 	ErrNoOwner = errors.New("messaging: no reachable owner for the shard")
 	// ErrClosed is returned by a Client after Close.
 	ErrClosed = errors.New("messaging: client closed")
+	// ErrNotSent is matched by the error of an attempt whose request
+	// provably never reached a runner (no connection, or one the runner
+	// had closed before the request was written). The Client sends such a
+	// call again; at its deadline the error matches ErrNoOwner.
+	ErrNotSent = errors.New("messaging: request not sent")
 )
 
-// Code is the kind of a definite failure, as the owner reported it.
+// Code is the kind of a failure, as the owner reported it.
 type Code = callpb.Failure_Code
 
-// CallError is a definite failure of a call: the owner decided, and the
-// handler either did not run (unknown type, bad input, expired deadline)
-// or ran and failed. It matches the sentinel of its Code through errors.Is
-// (CODE_DEADLINE_EXCEEDED and CODE_CANCELLED match the context errors).
+// CallError is a failure of a call as its owner reported it: the handler
+// did not start (unknown type, bad input, the deadline before its turn,
+// the entity not activated), ran and failed (an application error, an
+// unexpected error, a panic), or was interrupted. Applied says which. It
+// matches the sentinel of its Code through errors.Is (CODE_DEADLINE_EXCEEDED
+// and CODE_CANCELLED match the context errors, and entity.ErrNotStarted or
+// entity.ErrInterrupted as Applied says; CODE_INTERRUPTED matches
+// entity.ErrInterrupted and no context error), and an application error
+// unwraps to its *entity.AppError.
 type CallError struct {
 	Type, ID string
 	Code     Code
 	Message  string
+	// App is the handler's application error, for CODE_APPLICATION.
+	App *entity.AppError
+
+	applied Applied
+}
+
+// Applied says whether the handler ran.
+func (e *CallError) Applied() Applied { return e.applied }
+
+// Unwrap returns the application error, if any.
+func (e *CallError) Unwrap() error {
+	if e.App != nil {
+		return e.App
+	}
+	return nil
 }
 
 // Error names the entity, the code and the owner's message.
 func (e *CallError) Error() string {
+	if e.App != nil {
+		return fmt.Sprintf("messaging: call %s/%s: application error %s", e.Type, e.ID, e.App.Error())
+	}
 	return fmt.Sprintf("messaging: call %s/%s: %s: %s", e.Type, e.ID, codeText(e.Code), e.Message)
 }
 
@@ -71,6 +103,12 @@ func codeText(c Code) string {
 		return "cancelled"
 	case callpb.Failure_CODE_TOO_LARGE:
 		return "too large"
+	case callpb.Failure_CODE_INTERRUPTED:
+		return "interrupted"
+	case callpb.Failure_CODE_APPLICATION:
+		return "application error"
+	case callpb.Failure_CODE_UNAVAILABLE:
+		return "entity not activated"
 	}
 	return c.String()
 }
@@ -87,13 +125,26 @@ func (e *CallError) Is(target error) bool {
 	case callpb.Failure_CODE_HANDLER:
 		return target == ErrHandler
 	case callpb.Failure_CODE_DEADLINE_EXCEEDED:
-		return target == context.DeadlineExceeded
+		return target == context.DeadlineExceeded || e.startedIs(target)
 	case callpb.Failure_CODE_CANCELLED:
-		return target == context.Canceled
+		return target == context.Canceled || e.startedIs(target)
 	case callpb.Failure_CODE_TOO_LARGE:
 		return target == ErrTooLarge
+	case callpb.Failure_CODE_INTERRUPTED:
+		return target == entity.ErrInterrupted
+	case callpb.Failure_CODE_UNAVAILABLE:
+		return target == entity.ErrNotStarted
 	}
 	return false
+}
+
+// startedIs matches the entity sentinel of a deadline or cancellation:
+// before the handler started, or after.
+func (e *CallError) startedIs(target error) bool {
+	if e.applied == AppliedNo {
+		return target == entity.ErrNotStarted
+	}
+	return target == entity.ErrInterrupted
 }
 
 // TooLargeError reports a message over the size limit, refused before it
@@ -111,29 +162,6 @@ func (e *TooLargeError) Error() string {
 
 // Is matches ErrTooLarge.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
-
-// failureOf maps a host's error (other than a refusal) to the failure the
-// caller sees: the same mapping for the local path and the server, so that
-// where an entity lives never changes the error a caller gets.
-func failureOf(typ string, err error) *callpb.Failure {
-	var pe *entity.PanicError
-	code := callpb.Failure_CODE_HANDLER
-	switch {
-	case errors.Is(err, entity.ErrNoHandler):
-		return &callpb.Failure{Code: callpb.Failure_CODE_UNKNOWN_TYPE, Message: fmt.Sprintf("no handler registered for entity type %q", typ)}
-	case errors.Is(err, entity.ErrBadInput):
-		code = callpb.Failure_CODE_BAD_INPUT
-	case errors.As(err, &pe):
-		code = callpb.Failure_CODE_PANIC
-	case errors.Is(err, ErrTooLarge):
-		code = callpb.Failure_CODE_TOO_LARGE
-	case errors.Is(err, context.DeadlineExceeded):
-		code = callpb.Failure_CODE_DEADLINE_EXCEEDED
-	case errors.Is(err, context.Canceled):
-		code = callpb.Failure_CODE_CANCELLED
-	}
-	return &callpb.Failure{Code: code, Message: err.Error()}
-}
 
 // badInput is the failure for a request that names no entity properly.
 func badInput(format string, args ...any) *callpb.Failure {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/internal/callpb"
 )
 
 // HTTPHandler serves calls from non-Go callers over plain HTTP + JSON,
@@ -19,10 +20,14 @@ import (
 //	POST /v1/entities/{type}/{id}?send=1  202 once the owner accepted it
 //
 // An optional ?timeout= (a Go duration, e.g. 500ms) bounds the call. An
-// error is a JSON object {"error": message, "code": code} with status: 400
-// body not JSON or bad input, 404 unknown type, 413 too large, 500 handler
-// error or panic, 502 outcome unknown, 503 refused or unreachable until the
-// deadline, 504 deadline exceeded.
+// error is an ErrorBody {"error", "code", "applied"} (see httpAnswerOf for
+// the statuses): 400 body not JSON or bad input, 404 unknown type, 413 too
+// large, 422 (or the status the application chose) an application error
+// with its "app_code" and "details", 500 handler error or panic, 502
+// interrupted by the owner's runner or outcome unknown, 503 with
+// Retry-After for a call that never started (refused, no reachable holder
+// or the deadline before the handler's turn, entity not activated), 504
+// the caller's deadline after delivery.
 func HTTPHandler(c *Client) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/entities/{type}/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -84,40 +89,107 @@ func serveHTTP(c *Client, w http.ResponseWriter, r *http.Request) {
 	w.Write(reply)
 }
 
-// writeCallError maps a Call's error to its status; the order matters
-// where an error matches two (a refusal at the deadline is a 503).
+// writeCallError answers a Call's error: its status and code (see
+// httpAnswerOf), whether the handler ran, and Retry-After when it did not
+// and trying again may pass.
 func writeCallError(w http.ResponseWriter, err error) {
-	status, code := http.StatusInternalServerError, "error"
-	switch {
-	case errors.Is(err, ErrTooLarge):
-		status, code = http.StatusRequestEntityTooLarge, "too_large"
-	case errors.Is(err, ErrUnknownType):
-		status, code = http.StatusNotFound, "unknown_type"
-	case errors.Is(err, ErrBadInput):
-		status, code = http.StatusBadRequest, "bad_input"
-	case errors.Is(err, ErrPanicked):
-		code = "panic"
-	case errors.Is(err, ErrHandler):
-		code = "handler"
-	case errors.Is(err, entity.ErrRefused):
-		status, code = http.StatusServiceUnavailable, "refused"
-	case errors.Is(err, ErrNoOwner):
-		status, code = http.StatusServiceUnavailable, "no_owner"
-	case errors.Is(err, context.DeadlineExceeded):
-		status, code = http.StatusGatewayTimeout, "deadline_exceeded"
-	case errors.Is(err, ErrOutcomeUnknown):
-		status, code = http.StatusBadGateway, "outcome_unknown"
-	case errors.Is(err, context.Canceled):
-		status, code = http.StatusServiceUnavailable, "cancelled"
+	a := httpAnswerOf(err)
+	if a.applied == AppliedNo && Retryable(err) {
+		w.Header().Set("Retry-After", "1")
 	}
-	writeError(w, status, code, err.Error())
+	body := ErrorBody{Error: err.Error(), Code: a.code, Applied: a.applied.String()}
+	var ae *entity.AppError
+	if errors.As(err, &ae) {
+		n := ae.Normalized()
+		body.Error, body.AppCode, body.Details = n.Message, n.Code, n.Details
+	}
+	writeBody(w, a.status, body)
 }
 
+// httpAnswer is a call error's HTTP status and code.
+type httpAnswer struct {
+	status  int
+	code    string
+	applied Applied
+}
+
+// httpAnswerOf maps a Call's error to its answer. 503 (with Retry-After)
+// answers only calls whose handler never started and may start if sent
+// again; a deadline error (504) only a deadline of the caller's that
+// passed after the call was delivered. The order matters where an error
+// matches two (a refusal at the deadline is a 503).
+func httpAnswerOf(err error) httpAnswer {
+	applied := AppliedOf(err)
+	a := func(status int, code string) httpAnswer { return httpAnswer{status, code, applied} }
+	var (
+		ae *entity.AppError
+		ce *CallError
+	)
+	isCode := func(c Code) bool { return errors.As(err, &ce) && ce.Code == c }
+	switch {
+	case errors.As(err, &ae):
+		return a(ae.HTTPStatus(), "application")
+	case errors.Is(err, ErrTooLarge):
+		return a(http.StatusRequestEntityTooLarge, "too_large")
+	case errors.Is(err, ErrUnknownType):
+		return a(http.StatusNotFound, "unknown_type")
+	case errors.Is(err, ErrBadInput):
+		return a(http.StatusBadRequest, "bad_input")
+	case errors.Is(err, ErrPanicked):
+		return a(http.StatusInternalServerError, "panic")
+	case errors.Is(err, ErrHandler):
+		return a(http.StatusInternalServerError, "handler")
+	case errors.Is(err, entity.ErrRefused):
+		return a(http.StatusServiceUnavailable, "refused")
+	case errors.Is(err, ErrNoOwner):
+		return a(http.StatusServiceUnavailable, "no_owner")
+	case isCode(callpb.Failure_CODE_UNAVAILABLE):
+		return a(http.StatusServiceUnavailable, "unavailable")
+	case isCode(callpb.Failure_CODE_INTERRUPTED):
+		return a(http.StatusBadGateway, "interrupted")
+	case applied == AppliedNo && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		// The caller's deadline passed before the handler's turn.
+		return a(http.StatusServiceUnavailable, "not_started")
+	case errors.Is(err, context.DeadlineExceeded):
+		return a(http.StatusGatewayTimeout, "deadline_exceeded")
+	case errors.Is(err, ErrOutcomeUnknown):
+		return a(http.StatusBadGateway, "outcome_unknown")
+	case errors.Is(err, context.Canceled):
+		return a(http.StatusBadGateway, "cancelled")
+	case errors.Is(err, ErrClosed):
+		return a(http.StatusServiceUnavailable, "closed")
+	}
+	return a(http.StatusInternalServerError, "error")
+}
+
+// ErrorBody is the JSON body of every error answer of HTTPHandler.
+type ErrorBody struct {
+	// Error says what happened, for people (an application error's
+	// message).
+	Error string `json:"error"`
+	// Code is the kind of error: bad_input, unknown_type, too_large,
+	// application, handler, panic, refused, no_owner, unavailable,
+	// not_started, interrupted, outcome_unknown, deadline_exceeded,
+	// cancelled, closed, error.
+	Code string `json:"code"`
+	// Applied says whether the handler ran: "no" (it never started: safe
+	// to send again), "unknown" (it may have run) or "yes" (it ran: an
+	// application error is its answer).
+	Applied string `json:"applied"`
+	// AppCode and Details are an application error's own code and JSON
+	// details.
+	AppCode string          `json:"app_code,omitempty"`
+	Details json.RawMessage `json:"details,omitempty"`
+}
+
+// writeError answers a request refused before any call was made: nothing
+// was applied.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeBody(w, status, ErrorBody{Error: msg, Code: code, Applied: AppliedNo.String()})
+}
+
+func writeBody(w http.ResponseWriter, status int, body ErrorBody) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}{msg, code})
+	json.NewEncoder(w).Encode(body)
 }

@@ -24,6 +24,12 @@ func TestHTTPHandler(t *testing.T) {
 			return nil, ctx.Err()
 		case "fails":
 			return nil, &entity.PanicError{Value: "boom"}
+		case "checked-out":
+			return nil, entity.NewAppError("checked_out", "cart is checked out").WithDetails(map[string]int{"items": 3})
+		case "busy":
+			return nil, entity.NewAppError(entity.CodeConflict, "try later")
+		case "stopped":
+			return nil, fmt.Errorf("%w by its runner: detached", entity.ErrInterrupted)
 		}
 		if d.Type == "nope" {
 			return nil, fmt.Errorf("%w: %q", entity.ErrNoHandler, d.Type)
@@ -47,6 +53,10 @@ func TestHTTPHandler(t *testing.T) {
 		{"not json", "/v1/entities/echo/e1", `x=1`, 400, `"code":"bad_input"`},
 		{"unknown type", "/v1/entities/nope/e1", `{}`, 404, `entity type \"nope\"`},
 		{"panic", "/v1/entities/echo/fails", `{}`, 500, `"code":"panic"`},
+		{"application", "/v1/entities/echo/checked-out", `{}`, 422,
+			`{"error":"cart is checked out","code":"application","applied":"yes","app_code":"checked_out","details":{"items":3}}`},
+		{"application 409", "/v1/entities/echo/busy", `{}`, 409, `"app_code":"conflict"`},
+		{"interrupted", "/v1/entities/echo/stopped", `{}`, 502, `"code":"interrupted","applied":"unknown"`},
 		{"timeout", "/v1/entities/echo/slow?timeout=50ms", `{}`, 504, `"code":"deadline_exceeded"`},
 		{"bad timeout", "/v1/entities/echo/e1?timeout=soon", `{}`, 400, `timeout \"soon\"`},
 	}
@@ -62,16 +72,17 @@ func TestHTTPHandler(t *testing.T) {
 				t.Fatalf("POST %s: %d %s; want %d containing %s", tc.path, resp.StatusCode, got, tc.status, tc.want)
 			}
 			if resp.StatusCode >= 400 {
-				var e struct{ Error, Code string }
-				if err := json.Unmarshal(got, &e); err != nil || e.Error == "" || e.Code == "" {
-					t.Fatalf("error body %s is not {error, code}: %v", got, err)
+				var e struct{ Error, Code, Applied string }
+				if err := json.Unmarshal(got, &e); err != nil || e.Error == "" || e.Code == "" || e.Applied == "" {
+					t.Fatalf("error body %s is not {error, code, applied}: %v", got, err)
 				}
 			}
 		})
 	}
-	// Delivered: reply, send, unknown type, panic, timeout; the bad
-	// requests never left the handler.
-	if n := b.count.Load(); n != 5 {
-		t.Fatalf("%d deliveries, want 5", n)
+	// Delivered: reply, send, unknown type, panic, the application
+	// errors, the interruption, timeout; the bad requests never left the
+	// handler.
+	if n := b.count.Load(); n != 8 {
+		t.Fatalf("%d deliveries, want 8", n)
 	}
 }

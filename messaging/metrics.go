@@ -10,18 +10,24 @@ import (
 
 // Outcome labels of tenure_calls_total: how a call ended for its caller.
 const (
-	outcomeOK       = "ok"
-	outcomeRefused  = "refused" // gave up while the owner kept refusing
-	outcomeUnknown  = "unknown" // ErrOutcomeUnknown
-	outcomeTimeout  = "timeout" // the caller's deadline or cancellation
-	outcomeError    = "error"   // a definite failure (*CallError, bad request)
-	pathLocal       = "local"
-	pathRemote      = "remote"
-	rerouteNoOwner  = "no-owner"
-	rerouteNotSent  = "not-sent"
-	serverRefused   = "refused"
-	serverFailed    = "failed"
-	serverDelivered = "ok"
+	outcomeOK      = "ok"
+	outcomeRefused = "refused" // gave up while the owner kept refusing
+	outcomeUnknown = "unknown" // ErrOutcomeUnknown, or the handler interrupted by its runner
+	outcomeTimeout = "timeout" // the caller's deadline or cancellation
+	outcomeError   = "error"   // any other failure (*CallError, bad request)
+	// outcomeApplication: the handler returned an *entity.AppError.
+	outcomeApplication = "application"
+	pathLocal          = "local"
+	pathRemote         = "remote"
+	rerouteNoOwner     = "no-owner"
+	rerouteNotSent     = "not-sent"
+	// rerouteUnavailable: the owner could not activate the entity.
+	rerouteUnavailable = "unavailable"
+	serverRefused      = "refused"
+	serverFailed       = "failed"
+	serverDelivered    = "ok"
+	// serverApplication: the handler returned an application error.
+	serverApplication = "application"
 )
 
 type clientMetrics struct {
@@ -55,11 +61,11 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 	m := &clientMetrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_calls_total",
-			Help: "Entity calls and sends made by this process, by kind (call, send) and how they ended (ok, refused, unknown, timeout, error).",
+			Help: "Entity calls and sends made by this process, by kind (call, send) and how they ended (ok; application: the handler returned an application error; refused; unknown; timeout; error).",
 		}, []string{"kind", "outcome"}),
 		reroutes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_call_reroutes_total",
-			Help: "Attempts of entity calls routed again, by reason (a refusal's reason: not-owner, not-attached, shard-moving; not-sent; no-owner).",
+			Help: "Attempts of entity calls routed again, by reason (a refusal's reason: not-owner, not-attached, shard-moving; not-sent; no-owner; unavailable: the owner could not activate the entity).",
 		}, []string{"reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tenure_call_duration_seconds",
@@ -75,11 +81,11 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 	// Every series exists from the start at 0, so that increase() and
 	// alerts see the first one.
 	for _, kind := range []string{kindCall, kindSend} {
-		for _, o := range []string{outcomeOK, outcomeRefused, outcomeUnknown, outcomeTimeout, outcomeError} {
+		for _, o := range []string{outcomeOK, outcomeRefused, outcomeUnknown, outcomeTimeout, outcomeError, outcomeApplication} {
 			m.calls.WithLabelValues(kind, o)
 		}
 	}
-	for _, reason := range []string{string(entity.RefusedNotOwner), string(entity.RefusedNotAttached), string(entity.RefusedShardMoving), rerouteNotSent, rerouteNoOwner} {
+	for _, reason := range []string{string(entity.RefusedNotOwner), string(entity.RefusedNotAttached), string(entity.RefusedShardMoving), rerouteNotSent, rerouteNoOwner, rerouteUnavailable} {
 		m.reroutes.WithLabelValues(reason)
 	}
 	m.callOK, m.sendOK = m.calls.WithLabelValues(kindCall, outcomeOK), m.calls.WithLabelValues(kindSend, outcomeOK)
@@ -94,10 +100,10 @@ type serverMetrics struct {
 func newServerMetrics(r prometheus.Registerer) *serverMetrics {
 	m := &serverMetrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_call_server_requests_total",
-		Help: "Entity calls and sends this runner received, by outcome (ok, refused, failed).",
+		Help: "Entity calls and sends this runner received, by outcome (ok, refused, application: the handler returned an application error, failed).",
 	}, []string{"outcome"})}
 	m.requests = register(r, m.requests)
-	for _, o := range []string{serverDelivered, serverRefused, serverFailed} {
+	for _, o := range []string{serverDelivered, serverRefused, serverFailed, serverApplication} {
 		m.requests.WithLabelValues(o)
 	}
 	return m

@@ -109,7 +109,11 @@ func (s *Server) Call(ctx context.Context, req *callpb.CallRequest) (*callpb.Cal
 		s.metrics.requests.WithLabelValues(serverRefused).Inc()
 		span.SetAttributes(attribute.String("tenure.outcome", reasonLabel(o.Refusal.Reason)))
 	case *callpb.CallReply_Failure:
-		s.metrics.requests.WithLabelValues(serverFailed).Inc()
+		if o.Failure.Code == callpb.Failure_CODE_APPLICATION {
+			s.metrics.requests.WithLabelValues(serverApplication).Inc()
+		} else {
+			s.metrics.requests.WithLabelValues(serverFailed).Inc()
+		}
 		span.SetStatus(codes.Error, o.Failure.Message)
 	default:
 		s.metrics.requests.WithLabelValues(serverDelivered).Inc()
@@ -127,7 +131,7 @@ func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.S
 	}
 	if len(req.Payload) > s.cfg.MaxMessageBytes {
 		err := &TooLargeError{What: "request", Size: len(req.Payload), Limit: s.cfg.MaxMessageBytes}
-		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(req.Type, err)}}
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(ctx, req.Type, err)}}
 	}
 	shard := task.ShardOf(group, s.cfg.Shards, req.Type, req.Id, "")
 	if span.IsRecording() {
@@ -150,10 +154,10 @@ func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.S
 		}
 		return &callpb.CallReply{Outcome: &callpb.CallReply_Refusal{Refusal: r}}
 	case err != nil:
-		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(req.Type, err)}}
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(ctx, req.Type, err)}}
 	case len(out) > s.cfg.MaxMessageBytes:
 		err := &TooLargeError{What: "reply", Size: len(out), Limit: s.cfg.MaxMessageBytes}
-		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(req.Type, err)}}
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(ctx, req.Type, err)}}
 	}
 	return &callpb.CallReply{Outcome: &callpb.CallReply_Payload{Payload: out}}
 }

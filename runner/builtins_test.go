@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/messaging"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -118,8 +119,22 @@ func TestCounterSurvivesRestart(t *testing.T) {
 	if got := call(`{}`); got != 14 {
 		t.Fatalf("read: total %d, want 14", got)
 	}
-	if _, err := client.Call(ctx, TypeCounter, "c1", []byte(`{"add":2000000000}`)); err == nil || !strings.Contains(err.Error(), "must be in") {
-		t.Fatalf("an add over the bound: %v", err)
+	// An add over the bound is the counter's application error: its code
+	// and details reach the caller, which learns the handler ran (and
+	// refused), and a task with it fails at once (Permanent).
+	_, err = client.Call(ctx, TypeCounter, "c1", []byte(`{"add":2000000000}`))
+	var ae *entity.AppError
+	if !errors.As(err, &ae) || ae.Code != CounterOutOfRange || !strings.Contains(ae.Message, "must be in") ||
+		!strings.Contains(string(ae.Details), `"add":2000000000`) || ae.HTTPStatus() != 422 ||
+		messaging.AppliedOf(err) != messaging.AppliedYes || messaging.Retryable(err) {
+		t.Fatalf("an add over the bound: %v (%+v); want the application error %s, applied", err, ae, CounterOutOfRange)
+	}
+	big, _, err := task.SubmitInput(ctx, client, task.SubmitRequest{Type: TypeCounter, Entity: "c1", MaxAttempts: 5}, CounterInput{Add: ptr(int64(2_000_000_000))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := client.Wait(ctx, big.Ref(), 20*time.Millisecond); err != nil || done.Status != task.Failed || done.Attempt != 1 {
+		t.Fatalf("task add over the bound: %+v, %v; want failed at attempt 1", done, err)
 	}
 	x.stop(t)
 

@@ -13,6 +13,14 @@ import (
 // cannot push a total to the edge of int64 in one step.
 const MaxCounterAdd = 1_000_000_000
 
+// Application error codes of the built-in counter (entity.AppError).
+const (
+	// CounterOutOfRange: an add outside ±MaxCounterAdd.
+	CounterOutOfRange = "out_of_range"
+	// CounterOverflow: the total would leave int64.
+	CounterOverflow = "overflow"
+)
+
 // CounterInput is the built-in counter's input: {"add": N}; no "add" (or
 // no input at all) reads the total without writing.
 type CounterInput struct {
@@ -50,12 +58,18 @@ func (c *counter) Handle(ctx context.Context, t *task.Task, in CounterInput) (Co
 		return *c.st.Get(), nil
 	}
 	n := *in.Add
+	// Refusals are application errors: a caller gets a 422 with the code
+	// (never retried), a task fails at once (Permanent).
 	if n < -MaxCounterAdd || n > MaxCounterAdd {
-		return CounterState{}, entity.Permanent(fmt.Errorf("counter %s: add = %d: must be in [%d, %d]", t.Entity, n, -MaxCounterAdd, MaxCounterAdd))
+		return CounterState{}, entity.Permanent(entity.NewAppError(CounterOutOfRange,
+			fmt.Sprintf("counter %s: add = %d: must be in [%d, %d]", t.Entity, n, -MaxCounterAdd, MaxCounterAdd)).
+			WithDetails(map[string]int64{"add": n, "min": -MaxCounterAdd, "max": MaxCounterAdd}))
 	}
 	s := c.st.Get()
 	if (n > 0 && s.Total > math.MaxInt64-n) || (n < 0 && s.Total < math.MinInt64-n) {
-		return CounterState{}, entity.Permanent(fmt.Errorf("counter %s: adding %d to %d overflows", t.Entity, n, s.Total))
+		return CounterState{}, entity.Permanent(entity.NewAppError(CounterOverflow,
+			fmt.Sprintf("counter %s: adding %d to %d overflows", t.Entity, n, s.Total)).
+			WithDetails(map[string]int64{"add": n, "total": s.Total}))
 	}
 	s.Total += n
 	if err := c.st.Save(ctx); err != nil {

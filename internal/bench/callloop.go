@@ -40,7 +40,7 @@ func kindOf(err error) int {
 	switch {
 	case err == nil:
 		return kindOK
-	case errors.Is(err, messaging.ErrOutcomeUnknown):
+	case errors.Is(err, messaging.ErrOutcomeUnknown), errors.Is(err, entity.ErrInterrupted):
 		return kindUnknown
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, messaging.ErrNoOwner):
 		return kindTimeout

@@ -93,27 +93,43 @@ const (
 	Failure_CODE_BAD_INPUT Failure_Code = 2
 	// The handler panicked; the runner recovered.
 	Failure_CODE_PANIC Failure_Code = 3
-	// The handler returned an error.
+	// The handler returned an error it did not mark as an application
+	// error.
 	Failure_CODE_HANDLER Failure_Code = 4
-	// The call's deadline passed at the receiver.
+	// The caller's deadline passed at the receiver: before the handler
+	// started (applied NO) or while it ran (applied UNKNOWN).
 	Failure_CODE_DEADLINE_EXCEEDED Failure_Code = 5
-	// The call was cancelled at the receiver.
+	// The caller cancelled the call: before the handler started (applied
+	// NO) or while it ran (applied UNKNOWN).
 	Failure_CODE_CANCELLED Failure_Code = 6
-	// The message is over the receiver's size limit.
+	// The message is over the receiver's size limit (a request: applied
+	// NO; a reply: applied YES).
 	Failure_CODE_TOO_LARGE Failure_Code = 7
+	// The handler started and its runner stopped it before it returned: a
+	// detachment, a lost shard, a shutdown. Never the caller's deadline.
+	Failure_CODE_INTERRUPTED Failure_Code = 8
+	// The handler returned an application error (entity.AppError): app_code,
+	// message, details and status are the application's.
+	Failure_CODE_APPLICATION Failure_Code = 9
+	// The entity could not be activated (its durable state did not load,
+	// its OnStart failed): the handler did not start.
+	Failure_CODE_UNAVAILABLE Failure_Code = 10
 )
 
 // Enum value maps for Failure_Code.
 var (
 	Failure_Code_name = map[int32]string{
-		0: "CODE_UNSPECIFIED",
-		1: "CODE_UNKNOWN_TYPE",
-		2: "CODE_BAD_INPUT",
-		3: "CODE_PANIC",
-		4: "CODE_HANDLER",
-		5: "CODE_DEADLINE_EXCEEDED",
-		6: "CODE_CANCELLED",
-		7: "CODE_TOO_LARGE",
+		0:  "CODE_UNSPECIFIED",
+		1:  "CODE_UNKNOWN_TYPE",
+		2:  "CODE_BAD_INPUT",
+		3:  "CODE_PANIC",
+		4:  "CODE_HANDLER",
+		5:  "CODE_DEADLINE_EXCEEDED",
+		6:  "CODE_CANCELLED",
+		7:  "CODE_TOO_LARGE",
+		8:  "CODE_INTERRUPTED",
+		9:  "CODE_APPLICATION",
+		10: "CODE_UNAVAILABLE",
 	}
 	Failure_Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":       0,
@@ -124,6 +140,9 @@ var (
 		"CODE_DEADLINE_EXCEEDED": 5,
 		"CODE_CANCELLED":         6,
 		"CODE_TOO_LARGE":         7,
+		"CODE_INTERRUPTED":       8,
+		"CODE_APPLICATION":       9,
+		"CODE_UNAVAILABLE":       10,
 	}
 )
 
@@ -152,6 +171,64 @@ func (x Failure_Code) Number() protoreflect.EnumNumber {
 // Deprecated: Use Failure_Code.Descriptor instead.
 func (Failure_Code) EnumDescriptor() ([]byte, []int) {
 	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{3, 0}
+}
+
+// Applied says whether the handler ran.
+type Failure_Applied int32
+
+const (
+	// Not set: a receiver older than this field; the caller derives it
+	// from the code, assuming UNKNOWN where the code allows both.
+	Failure_APPLIED_UNSPECIFIED Failure_Applied = 0
+	// The handler did not start: nothing of this call happened.
+	Failure_APPLIED_NO Failure_Applied = 1
+	// The handler may have run, in part or whole.
+	Failure_APPLIED_UNKNOWN Failure_Applied = 2
+	// The handler ran and returned this failure.
+	Failure_APPLIED_YES Failure_Applied = 3
+)
+
+// Enum value maps for Failure_Applied.
+var (
+	Failure_Applied_name = map[int32]string{
+		0: "APPLIED_UNSPECIFIED",
+		1: "APPLIED_NO",
+		2: "APPLIED_UNKNOWN",
+		3: "APPLIED_YES",
+	}
+	Failure_Applied_value = map[string]int32{
+		"APPLIED_UNSPECIFIED": 0,
+		"APPLIED_NO":          1,
+		"APPLIED_UNKNOWN":     2,
+		"APPLIED_YES":         3,
+	}
+)
+
+func (x Failure_Applied) Enum() *Failure_Applied {
+	p := new(Failure_Applied)
+	*p = x
+	return p
+}
+
+func (x Failure_Applied) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Failure_Applied) Descriptor() protoreflect.EnumDescriptor {
+	return file_tenure_call_v1_call_proto_enumTypes[2].Descriptor()
+}
+
+func (Failure_Applied) Type() protoreflect.EnumType {
+	return &file_tenure_call_v1_call_proto_enumTypes[2]
+}
+
+func (x Failure_Applied) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Failure_Applied.Descriptor instead.
+func (Failure_Applied) EnumDescriptor() ([]byte, []int) {
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{3, 1}
 }
 
 // CallRequest addresses one entity and carries the caller's routing view.
@@ -437,11 +514,21 @@ func (x *Refusal) GetOwnerEpoch() int64 {
 }
 
 // Failure is a definite outcome other than a reply: the receiver rejected
-// the call or the handler ran and failed.
+// the call, could not start it, or the handler ran and failed or was
+// interrupted.
 type Failure struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          Failure_Code           `protobuf:"varint,1,opt,name=code,proto3,enum=tenure.call.v1.Failure_Code" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Failure_Code           `protobuf:"varint,1,opt,name=code,proto3,enum=tenure.call.v1.Failure_Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Applied Failure_Applied        `protobuf:"varint,3,opt,name=applied,proto3,enum=tenure.call.v1.Failure_Applied" json:"applied,omitempty"`
+	// The application's code of a CODE_APPLICATION failure.
+	AppCode string `protobuf:"bytes,4,opt,name=app_code,json=appCode,proto3" json:"app_code,omitempty"`
+	// The application's details of a CODE_APPLICATION failure: JSON, or
+	// empty.
+	Details []byte `protobuf:"bytes,5,opt,name=details,proto3" json:"details,omitempty"`
+	// The HTTP status the application chose for a CODE_APPLICATION failure
+	// (0: derived from app_code).
+	Status        int32 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,6 +577,34 @@ func (x *Failure) GetMessage() string {
 	return ""
 }
 
+func (x *Failure) GetApplied() Failure_Applied {
+	if x != nil {
+		return x.Applied
+	}
+	return Failure_APPLIED_UNSPECIFIED
+}
+
+func (x *Failure) GetAppCode() string {
+	if x != nil {
+		return x.AppCode
+	}
+	return ""
+}
+
+func (x *Failure) GetDetails() []byte {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+func (x *Failure) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
 var File_tenure_call_v1_call_proto protoreflect.FileDescriptor
 
 const file_tenure_call_v1_call_proto_rawDesc = "" +
@@ -524,10 +639,14 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REASON_NOT_OWNER\x10\x01\x12\x17\n" +
 	"\x13REASON_NOT_ATTACHED\x10\x02\x12\x17\n" +
-	"\x13REASON_SHARD_MOVING\x10\x03\"\x85\x02\n" +
+	"\x13REASON_SHARD_MOVING\x10\x03\"\xa9\x04\n" +
 	"\aFailure\x120\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1c.tenure.call.v1.Failure.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xad\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x129\n" +
+	"\aapplied\x18\x03 \x01(\x0e2\x1f.tenure.call.v1.Failure.AppliedR\aapplied\x12\x19\n" +
+	"\bapp_code\x18\x04 \x01(\tR\aappCode\x12\x18\n" +
+	"\adetails\x18\x05 \x01(\fR\adetails\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06status\"\xef\x01\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CODE_UNKNOWN_TYPE\x10\x01\x12\x12\n" +
@@ -537,7 +656,17 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\fCODE_HANDLER\x10\x04\x12\x1a\n" +
 	"\x16CODE_DEADLINE_EXCEEDED\x10\x05\x12\x12\n" +
 	"\x0eCODE_CANCELLED\x10\x06\x12\x12\n" +
-	"\x0eCODE_TOO_LARGE\x10\a2O\n" +
+	"\x0eCODE_TOO_LARGE\x10\a\x12\x14\n" +
+	"\x10CODE_INTERRUPTED\x10\b\x12\x14\n" +
+	"\x10CODE_APPLICATION\x10\t\x12\x14\n" +
+	"\x10CODE_UNAVAILABLE\x10\n" +
+	"\"X\n" +
+	"\aApplied\x12\x17\n" +
+	"\x13APPLIED_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"APPLIED_NO\x10\x01\x12\x13\n" +
+	"\x0fAPPLIED_UNKNOWN\x10\x02\x12\x0f\n" +
+	"\vAPPLIED_YES\x10\x032O\n" +
 	"\rEntityService\x12>\n" +
 	"\x04Call\x12\x1b.tenure.call.v1.CallRequest\x1a\x19.tenure.call.v1.CallReplyB3Z1github.com/tenurehq/tenure/internal/callpb;callpbb\x06proto3"
 
@@ -553,30 +682,32 @@ func file_tenure_call_v1_call_proto_rawDescGZIP() []byte {
 	return file_tenure_call_v1_call_proto_rawDescData
 }
 
-var file_tenure_call_v1_call_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_tenure_call_v1_call_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_tenure_call_v1_call_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_tenure_call_v1_call_proto_goTypes = []any{
-	(Refusal_Reason)(0), // 0: tenure.call.v1.Refusal.Reason
-	(Failure_Code)(0),   // 1: tenure.call.v1.Failure.Code
-	(*CallRequest)(nil), // 2: tenure.call.v1.CallRequest
-	(*CallReply)(nil),   // 3: tenure.call.v1.CallReply
-	(*Refusal)(nil),     // 4: tenure.call.v1.Refusal
-	(*Failure)(nil),     // 5: tenure.call.v1.Failure
-	nil,                 // 6: tenure.call.v1.CallRequest.TraceEntry
+	(Refusal_Reason)(0),  // 0: tenure.call.v1.Refusal.Reason
+	(Failure_Code)(0),    // 1: tenure.call.v1.Failure.Code
+	(Failure_Applied)(0), // 2: tenure.call.v1.Failure.Applied
+	(*CallRequest)(nil),  // 3: tenure.call.v1.CallRequest
+	(*CallReply)(nil),    // 4: tenure.call.v1.CallReply
+	(*Refusal)(nil),      // 5: tenure.call.v1.Refusal
+	(*Failure)(nil),      // 6: tenure.call.v1.Failure
+	nil,                  // 7: tenure.call.v1.CallRequest.TraceEntry
 }
 var file_tenure_call_v1_call_proto_depIdxs = []int32{
-	6, // 0: tenure.call.v1.CallRequest.trace:type_name -> tenure.call.v1.CallRequest.TraceEntry
-	4, // 1: tenure.call.v1.CallReply.refusal:type_name -> tenure.call.v1.Refusal
-	5, // 2: tenure.call.v1.CallReply.failure:type_name -> tenure.call.v1.Failure
+	7, // 0: tenure.call.v1.CallRequest.trace:type_name -> tenure.call.v1.CallRequest.TraceEntry
+	5, // 1: tenure.call.v1.CallReply.refusal:type_name -> tenure.call.v1.Refusal
+	6, // 2: tenure.call.v1.CallReply.failure:type_name -> tenure.call.v1.Failure
 	0, // 3: tenure.call.v1.Refusal.reason:type_name -> tenure.call.v1.Refusal.Reason
 	1, // 4: tenure.call.v1.Failure.code:type_name -> tenure.call.v1.Failure.Code
-	2, // 5: tenure.call.v1.EntityService.Call:input_type -> tenure.call.v1.CallRequest
-	3, // 6: tenure.call.v1.EntityService.Call:output_type -> tenure.call.v1.CallReply
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2, // 5: tenure.call.v1.Failure.applied:type_name -> tenure.call.v1.Failure.Applied
+	3, // 6: tenure.call.v1.EntityService.Call:input_type -> tenure.call.v1.CallRequest
+	4, // 7: tenure.call.v1.EntityService.Call:output_type -> tenure.call.v1.CallReply
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tenure_call_v1_call_proto_init() }
@@ -594,7 +725,7 @@ func file_tenure_call_v1_call_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_call_v1_call_proto_rawDesc), len(file_tenure_call_v1_call_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
