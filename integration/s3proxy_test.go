@@ -37,6 +37,11 @@ type s3Proxy struct {
 	mode s3Fault
 	prob float64 // chance a request gets mode (1: all)
 	rnd  *rand.Rand
+	// slow delays every request of method slowMethod by up to slowMax
+	// (uniform) before it is forwarded: a slow S3, so that writes are in
+	// flight when a fault strikes.
+	slowMethod string
+	slowMax    time.Duration
 
 	injected atomic.Int64
 }
@@ -68,6 +73,24 @@ func (p *s3Proxy) set(mode s3Fault, prob float64) {
 	p.mode, p.prob = mode, prob
 }
 
+// slowDown delays each request of method by up to max before it is
+// forwarded (0 stops delaying).
+func (p *s3Proxy) slowDown(method string, max time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.slowMethod, p.slowMax = method, max
+}
+
+// delay is how long to hold a request of method.
+func (p *s3Proxy) delay(method string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.slowMax <= 0 || method != p.slowMethod {
+		return 0
+	}
+	return time.Duration(p.rnd.Int64N(int64(p.slowMax)))
+}
+
 func (p *s3Proxy) pick() s3Fault {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -78,6 +101,17 @@ func (p *s3Proxy) pick() s3Fault {
 }
 
 func (p *s3Proxy) serve(w http.ResponseWriter, r *http.Request) {
+	if d := p.delay(r.Method); d > 0 {
+		// A slow S3, not a wait for a condition: the request is held as a
+		// slow server would hold it, or until its client gives up.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	fault := p.pick()
 	if fault != s3Pass {
 		p.injected.Add(1)
