@@ -179,7 +179,7 @@ const (
 	finished result = iota // a reply, or an error Retryable does not accept
 	refused                // the owner did not start it: route again
 	notSent                // the request never left this process: route again
-	retried                // another error Retryable accepts (the entity not activated)
+	retried                // the owner could not activate the entity: try again
 )
 
 // run makes attempts until one finishes or ctx ends: it sends a call
@@ -225,7 +225,7 @@ func (c *Client) run(ctx context.Context, cl *call) ([]byte, error) {
 			}
 		case notSent:
 			c.metrics.reroutes.WithLabelValues(rerouteNotSent).Inc()
-		default:
+		case retried:
 			c.metrics.reroutes.WithLabelValues(rerouteUnavailable).Inc()
 		}
 		cl.last = err
@@ -318,7 +318,7 @@ func (c *Client) attemptLocal(ctx context.Context, cl *call, owner routing.Owner
 		return nil, refused, r
 	case err != nil:
 		ce := c.callError(cl, failureOf(ctx, cl.typ, err))
-		if Retryable(ce) {
+		if ce.Code == callpb.Failure_CODE_UNAVAILABLE {
 			return nil, retried, ce
 		}
 		return nil, finished, ce
@@ -379,7 +379,7 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 		}
 	case *callpb.CallReply_Failure:
 		ce := c.callError(cl, o.Failure)
-		if Retryable(ce) {
+		if ce.Code == callpb.Failure_CODE_UNAVAILABLE {
 			return nil, retried, ce
 		}
 		return nil, finished, ce
@@ -387,7 +387,7 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 	return nil, finished, fmt.Errorf("%w: call %s/%s: runner %s replied without an outcome this client knows", ErrOutcomeUnknown, cl.typ, cl.id, owner.RunnerID)
 }
 
-func (c *Client) callError(cl *call, f *callpb.Failure) error {
+func (c *Client) callError(cl *call, f *callpb.Failure) *CallError {
 	e := &CallError{Type: cl.typ, ID: cl.id, Code: f.Code, Message: f.Message, applied: appliedOf(f)}
 	if f.Code == callpb.Failure_CODE_APPLICATION {
 		e.App = &entity.AppError{Code: f.AppCode, Message: f.Message, Details: f.Details, Status: int(f.Status)}
