@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,10 +14,14 @@ import (
 
 const scheduleLong = `EXPR has 5 fields (minute hour day-of-month month day-of-week), 6 with
 leading seconds, or is a descriptor: @hourly, @daily, @every 30s. ZONE is
-an IANA zone (default UTC). Each tick fires exactly one task, with the id
-cron-NAME-GENERATION-UNIXSECONDS. Ticks the cluster reaches more than 2s
-late (a failover) are missed: --catch-up once fires the latest of them,
-late; skip (the default) fires none. Every command takes -o json and --group.
+an IANA zone (default UTC). A tick fires at most one task, with the id
+cron-NAME-GENERATION-UNIXSECONDS. A tick the cluster reaches more than 2s
+late (a failover, a cluster that was down) is late, and --catch-up says
+what happens: all (the default) fires every late tick at most
+--catch-up-window old (default 1h), in tick order, so that every tick
+within the window fires exactly once, and counts older ones as missed;
+once fires the latest late tick only; skip fires none. Ticks due while a
+schedule is paused never fire. Every command takes -o json and --group.
 `
 
 func newScheduleCmd(cli *CLI) *cobra.Command {
@@ -75,6 +80,7 @@ func connectSchedules(ctx context.Context, cli *CLI, group string) (*Conn, *sche
 // createFlags are the flags of `tenure schedule create`.
 type createFlags struct {
 	group, cron, tz, entity, input, catchUp string
+	window                                  time.Duration
 }
 
 func newScheduleCreateCmd(cli *CLI) *cobra.Command {
@@ -104,7 +110,8 @@ func newScheduleCreateCmd(cli *CLI) *cobra.Command {
 	fs.StringVar(&f.tz, "tz", "", "IANA time `ZONE` the expression is read in (default UTC)")
 	fs.StringVar(&f.entity, "entity", "", "entity id the fired tasks are addressed to")
 	fs.StringVar(&f.input, "input", "", "input of the fired tasks: `JSON`, or @FILE")
-	fs.StringVar(&f.catchUp, "catch-up", "skip", "missed ticks: skip, or once (fire the first one late)")
+	fs.StringVar(&f.catchUp, "catch-up", "", "late ticks: all (default: fire each one within the window, in order), once (fire the latest one), or skip")
+	fs.DurationVar(&f.window, "catch-up-window", 0, "with --catch-up all: how old a late tick may be and still fire (default 1h, 1s to 168h)")
 	addScheduleFlags(cmd, &f.group)
 	return cmd
 }
@@ -114,7 +121,8 @@ func scheduleCreate(ctx context.Context, cli *CLI, pos []string, f createFlags, 
 	if err != nil {
 		return err
 	}
-	sp := schedule.Spec{Name: pos[0], Cron: f.cron, TZ: f.tz, Type: pos[1], Entity: f.entity, Input: in, CatchUp: schedule.CatchUp(f.catchUp)}
+	sp := schedule.Spec{Name: pos[0], Cron: f.cron, TZ: f.tz, Type: pos[1], Entity: f.entity, Input: in,
+		CatchUp: schedule.CatchUp(f.catchUp), CatchUpWindow: f.window}
 	conn, sc, err := connectSchedules(ctx, cli, f.group)
 	if err != nil {
 		return err
@@ -240,7 +248,7 @@ func printSchedules(cli *CLI, asJSON, list bool, ss ...*schedule.Schedule) error
 		return writeJSON(cli.Stdout, rows)
 	}
 	tw := tabwriter.NewWriter(cli.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCRON\tTZ\tTYPE\tENTITY\tCATCH-UP\tSTATE\tNEXT")
+	fmt.Fprintln(tw, "NAME\tCRON\tTZ\tTYPE\tENTITY\tCATCH-UP\tWINDOW\tSTATE\tNEXT")
 	for _, r := range rows {
 		state, next := "active", "-"
 		if r.Paused {
@@ -253,9 +261,26 @@ func printSchedules(cli *CLI, asJSON, list bool, ss ...*schedule.Schedule) error
 		if tz == "" {
 			tz = "UTC"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Cron, tz, r.Type, dash(abbrev(r.Entity, 30)), r.CatchUp, state, next)
+		window := "-" // skip and once fire no tick older than the grace
+		if r.CatchUp == schedule.CatchUpAll {
+			window = shortDuration(r.CatchUpWindow.Std())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Cron, tz, r.Type, dash(abbrev(r.Entity, 30)), r.CatchUp, window, state, next)
 	}
 	return tw.Flush()
+}
+
+// shortDuration formats d as time.Duration does, without its zero
+// trailing units: 1h, 1h30m, 90s reads 1m30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func dash(s string) string {

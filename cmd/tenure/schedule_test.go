@@ -51,7 +51,9 @@ func TestScheduleCommands(t *testing.T) {
 	}{
 		{[]string{"create", "x", "--cron", "61 * * * *", "echo"}, "schedule: cron"},
 		{[]string{"create", "x", "--cron", "@daily", "--tz", "Nowhere/City", "echo"}, "schedule: tz"},
-		{[]string{"create", "x", "--cron", "@daily", "--catch-up", "all", "echo"}, "schedule: catch_up"},
+		{[]string{"create", "x", "--cron", "@daily", "--catch-up", "every", "echo"}, "schedule: catch_up"},
+		{[]string{"create", "x", "--cron", "@daily", "--catch-up", "skip", "--catch-up-window", "1h", "echo"}, "schedule: catch_up_window"},
+		{[]string{"create", "x", "--cron", "@daily", "--catch-up-window", "200h", "echo"}, "schedule: catch_up_window"},
 		{[]string{"create", "x", "--cron", "@daily"}, "want NAME and TYPE"},
 		{[]string{"create", "nightly", "--cron", "@daily", "echo"}, "already exists"},
 		{[]string{"get", "missing"}, "schedule: not found"},
@@ -62,12 +64,37 @@ func TestScheduleCommands(t *testing.T) {
 		}
 	}
 
-	c.mustRun(Schedule, "create", "often", "--cron", "*/10 * * * * *", "sleep")
+	// Without --catch-up a schedule catches up every tick within the
+	// default window, or the one given.
+	if o := decodeSchedule(t, c.mustRun(Schedule, "create", "often", "--cron", "*/10 * * * * *", "sleep", "--json")); o.CatchUp != schedule.CatchUpAll ||
+		o.CatchUpWindow.Std() != schedule.DefaultCatchUpWindow {
+		t.Fatalf("created without --catch-up: %+v", o)
+	}
+	if w := decodeSchedule(t, c.mustRun(Schedule, "create", "window", "--cron", "@hourly", "sleep", "--catch-up-window", "90m", "--json")); w.CatchUp != schedule.CatchUpAll ||
+		w.CatchUpWindow.Std() != 90*time.Minute {
+		t.Fatalf("created with --catch-up-window 90m: %+v", w)
+	}
 	var list []scheduleJSON
-	if err := json.Unmarshal([]byte(c.mustRun(Schedule, "list", "--json")), &list); err != nil || len(list) != 2 {
+	if err := json.Unmarshal([]byte(c.mustRun(Schedule, "list", "--json")), &list); err != nil || len(list) != 3 {
 		t.Fatalf("list: %v %+v", err, list)
 	}
-	if out := c.mustRun(Schedule, "list"); !strings.Contains(out, "nightly") || !strings.Contains(out, "*/10 * * * * *") {
+	out = c.mustRun(Schedule, "list")
+	rows := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		rows[f[0]] = f
+	}
+	// NAME CRON(1 to 6 words) TZ TYPE ENTITY CATCH-UP WINDOW STATE NEXT:
+	// the policy and window are the 4th and 3rd fields from the end.
+	policy := func(name string) string {
+		f := rows[name]
+		if len(f) < 4 {
+			return ""
+		}
+		return f[len(f)-4] + " " + f[len(f)-3]
+	}
+	if h := rows["NAME"]; len(h) != 9 || h[5] != "CATCH-UP" || h[6] != "WINDOW" ||
+		policy("nightly") != "once -" || policy("often") != "all 1h" || policy("window") != "all 1h30m" {
 		t.Fatalf("list table:\n%s", out)
 	}
 	if p := decodeSchedule(t, c.mustRun(Schedule, "pause", "nightly", "--json")); !p.Paused || !p.Next.IsZero() {

@@ -70,7 +70,8 @@ func (c *Client) now(ctx context.Context) (time.Time, error) {
 }
 
 // Create validates sp (a bad name, cron expression, zone, type, entity,
-// input or catch-up policy gives a *ValidationError naming the field),
+// input, catch-up policy or window gives a *ValidationError naming the
+// field),
 // writes the schedule if its name is free (ErrExists otherwise) and
 // submits the driver task of its first tick. If that submit fails, the
 // schedule exists without a pending tick: the error says so, and Resume
@@ -84,7 +85,7 @@ func (c *Client) Create(ctx context.Context, sp Spec) (*Schedule, error) {
 		return nil, err
 	}
 	s := &Schedule{Name: sp.Name, Cron: sp.Cron, TZ: sp.TZ, Type: sp.Type, Entity: sp.Entity, Input: sp.Input,
-		CatchUp: sp.CatchUp, Generation: now.UnixNano(), CreatedAt: now, UpdatedAt: now, Rev: 1, Shard: c.shardOf(sp.Name)}
+		CatchUp: sp.CatchUp, CatchUpWindow: task.Duration(sp.CatchUpWindow), Generation: now.UnixNano(), CreatedAt: now, UpdatedAt: now, Rev: 1, Shard: c.shardOf(sp.Name)}
 	first := s.Next(now)
 	if first.IsZero() {
 		return nil, &ValidationError{Field: "cron", Value: strconv.Quote(abbrev(sp.Cron, 60)), Rule: "never fires (no matching time in the next five years)"}

@@ -32,7 +32,9 @@ func TestCreateRefusesBadSpecs(t *testing.T) {
 		{"type", func(s *Spec) { s.Type = "a b" }},
 		{"entity", func(s *Spec) { s.Entity = "bad\x01" }},
 		{"input", func(s *Spec) { s.Input = json.RawMessage(`{`) }},
-		{"catch_up", func(s *Spec) { s.CatchUp = "all" }},
+		{"catch_up", func(s *Spec) { s.CatchUp = "every" }},
+		{"catch_up_window", func(s *Spec) { s.CatchUpWindow = 200 * time.Hour }},
+		{"catch_up_window", func(s *Spec) { s.CatchUp, s.CatchUpWindow = CatchUpSkip, time.Hour }},
 	}
 	for _, tc := range cases {
 		sp := ok
@@ -66,7 +68,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := time.Date(2026, 11, 22, 17, 6, 0, 0, time.UTC)
-	if s.Generation != t0.UnixNano() || s.CatchUp != CatchUpSkip || s.Rev != 1 || s.Shard != ShardOf("default", 8, "every-min") || !s.Next(t0).Equal(first) {
+	if s.Generation != t0.UnixNano() || s.CatchUp != CatchUpAll || s.CatchUpWindow.Std() != DefaultCatchUpWindow || s.Rev != 1 || s.Shard != ShardOf("default", 8, "every-min") || !s.Next(t0).Equal(first) {
 		t.Fatalf("created %+v (next %s)", s, s.Next(t0))
 	}
 	if _, err := e.c.obj.Head(ctx, Key(s.Shard, "every-min")); err != nil {

@@ -7,16 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 )
-
-// maxCounted bounds the due ticks one driver run walks, so that a cluster
-// back after a long outage of an every-second schedule does not spin (the
-// count, and under CatchUpOnce the tick fired, then stop there).
-const maxCounted = 100_000
 
 // Register registers the driver task type DriverType on t, driven by c:
 // every runner of c's group registers it (runner does), so that whoever
@@ -33,74 +26,75 @@ type Result struct {
 	// Stopped, when set, says why the chain ended here: "deleted",
 	// "replaced" (another generation) or "paused". Nothing else is set then.
 	Stopped string `json:"stopped,omitempty"`
-	// Outcome is the tick's: on_time, late or skipped.
+	// Outcome is the run's: on_time, late (it fired late ticks), skipped
+	// (it fired none: CatchUpSkip) or missed (every due tick was older
+	// than the catch-up window: CatchUpAll).
 	Outcome string `json:"outcome,omitempty"`
-	// Fired is the id of the task fired ("" when none was).
+	// Fired is the id of the task fired ("" when none was): under
+	// CatchUpAll, the first of the run's batch.
 	Fired string `json:"fired,omitempty"`
+	// FiredLast is the id of the last task of a batch of more than one
+	// (CatchUpAll).
+	FiredLast string `json:"fired_last,omitempty"`
+	// FiredCount counts the ticks the run fired (submitted, whether this
+	// run or an earlier one created the task).
+	FiredCount int `json:"fired_count,omitempty"`
 	// LagMS is how late the driver reached its tick, in milliseconds.
 	LagMS int64 `json:"lag_ms"`
-	// Skipped counts the missed ticks (this one and those after it, up to
-	// now − grace) that did not fire.
+	// Skipped counts the late ticks (this one and those after it, up to
+	// now − grace) that did not fire under CatchUpSkip or CatchUpOnce.
 	Skipped int `json:"skipped,omitempty"`
+	// Missed counts the ticks older than the catch-up window that did not
+	// fire under CatchUpAll.
+	Missed int `json:"missed,omitempty"`
 	// Next is the tick the chain goes on with (zero: the expression never
 	// fires again).
 	Next time.Time `json:"next,omitzero"`
 }
 
-// decision is what the driver does at a tick.
-type decision struct {
-	fire     bool
-	fireTick time.Time
-	outcome  string
-	lag      time.Duration // of the driver's tick
-	next     time.Time
-	skipped  int
+// defaultBudget is how long a driver run fires a batch when its task
+// carries no claim to size it by (a third of the host's default task
+// lease).
+const defaultBudget = 10 * time.Second
+
+// budget is how long a driver run may fire: a third of its task's lease,
+// the period of the host's claim renewals. The claim holds while renewals
+// succeed, so this is not a deadline; it keeps a run short enough that
+// a crash repeats little, that a run never depends on more than a couple
+// of renewals, and that it ends far within the attempt timeout.
+func budget(t *task.Task) time.Duration {
+	if t.Claim != nil {
+		if lease := t.Claim.LeaseExpiresAt.Sub(t.Claim.ClaimedAt); lease > 0 {
+			return lease / 3
+		}
+	}
+	return defaultBudget
 }
 
-// decide is the driver's rule, a pure function of the schedule, its tick
-// and the time the driver reached it. A tick is missed when it is reached
-// more than the grace after it:
-//
-//   - tick within the grace: it fires, on time, and the chain goes on
-//     with the tick after it (due already or not: a due one is within the
-//     grace too, so its driver runs at once and fires it on time);
-//   - tick missed: so are all the ticks up to now − grace. Under
-//     CatchUpOnce the latest of them fires, late, standing for all; under
-//     CatchUpSkip none does. The chain goes on with the first tick not
-//     missed. The missed ticks that did not fire are counted skipped.
-//
-// Firing the latest missed tick rather than the first (as Kubernetes
-// CronJobs do) also keeps catch-up from firing twice when a crash forked
-// the chain (a driver that submitted its successor and died before its
-// commit runs again and submits another): forks that are late together
-// fire the same latest tick, whose id is the same.
-func decide(s *Schedule, sched cron.Schedule, loc *time.Location, tick, now time.Time, grace time.Duration) decision {
-	d := decision{lag: now.Sub(tick)}
-	cutoff := now.Add(-grace) // ticks before it are missed
-	if !tick.Before(cutoff) {
-		d.fire, d.fireTick, d.outcome = true, tick, OutcomeOnTime
-		d.next = next(sched, loc, tick)
-		return d
+// repeated reports whether t ran before: an earlier attempt, or one a
+// planned handoff gave back (Requeue does not count it), may have written
+// a successor's ready pointer and stopped before its object.
+func repeated(t *task.Task) bool {
+	if t.Attempt > 1 || t.HistoryDropped > 0 {
+		return true
 	}
-	d.next = next(sched, loc, cutoff.Add(-time.Nanosecond))
-	latest, missed := tick, 1
-	for t := next(sched, loc, tick); !t.IsZero() && t.Before(d.next) && missed < maxCounted; t = next(sched, loc, t) {
-		latest = t
-		missed++
+	claims := 0
+	for _, h := range t.History {
+		if h.Event == task.EventClaimed || h.Event == task.EventTakenOver {
+			claims++
+		}
 	}
-	d.outcome, d.skipped = OutcomeSkipped, missed
-	if s.CatchUp == CatchUpOnce {
-		d.fire, d.fireTick, d.outcome, d.skipped = true, latest, OutcomeLate, missed-1
-	}
-	return d
+	return claims > 1
 }
 
-// drive is the DriverType handler: one tick of one schedule. Every step
-// is idempotent, so a run repeated after a crash before its commit does
-// what the first did and no more: the fired task and the next driver task
-// have ids derived from (schedule, generation, tick), and Submit returns
-// an existing task rather than making a second.
+// drive is the DriverType handler: one tick of one schedule, or under
+// CatchUpAll one batch of late ticks from it, fired in tick order. Every
+// step is idempotent, so a run repeated after a crash before its commit
+// does what the first did and no more: the fired tasks and the next
+// driver task have ids derived from (schedule, generation, tick), and
+// Submit returns an existing task rather than making a second.
 func (c *Client) drive(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+	start := time.Now()
 	var in driverInput
 	if err := json.Unmarshal(t.Input, &in); err != nil || in.Tick.IsZero() || in.Generation <= 0 {
 		return nil, entity.Permanent(fmt.Errorf("schedule driver %s: input %s is not {generation, tick}", t.Ref(), abbrev(string(t.Input), 80)))
@@ -131,39 +125,70 @@ func (c *Client) drive(ctx context.Context, t *task.Task) (json.RawMessage, erro
 	if err != nil {
 		return nil, err
 	}
-	d := decide(s, sched, loc, in.Tick, now, c.grace)
-	res := Result{Outcome: d.outcome, LagMS: d.lag.Milliseconds(), Skipped: d.skipped, Next: d.next}
-	if d.fire {
-		id, err := c.fire(ctx, s, d.fireTick, d.outcome, now.Sub(d.fireTick))
+	read := time.Now() // S3 time now + time.Since(read) is the S3 time of a fire
+	d := decide(s, sched, loc, in.Tick, now, c.grace, MaxBatch)
+	res := Result{Outcome: d.outcome, LagMS: d.lag.Milliseconds(), Skipped: d.skipped, Missed: d.missed, Next: d.next}
+	limit := budget(t)
+	for i, f := range d.fires {
+		if i > 0 && time.Since(start) > limit {
+			// The rest of the batch is the next driver's, due at once.
+			res.Next = f.tick
+			break
+		}
+		id, err := c.fire(ctx, s, f.tick, f.outcome, now.Add(time.Since(read)).Sub(f.tick))
 		if err != nil {
 			return nil, err
 		}
-		res.Fired = id
+		switch {
+		case id == "":
+		case res.Fired == "":
+			res.Fired = id
+		default:
+			res.FiredLast = id
+		}
+		if id != "" {
+			res.FiredCount++
+		}
 	}
 	c.m.fires.WithLabelValues(OutcomeSkipped).Add(float64(d.skipped))
-	// A late run may be this driver's second: the first ran on time,
-	// wrote the ready pointer of the tick after it, and died before that
-	// task's object. The pointer would head this schedule's mailbox for
-	// the host's orphan wait (10s), holding the chain back, so the
-	// successor an on-time run submits is submitted again: its object
-	// appears and its driver, late too, goes on to the same tick as this
-	// one (the chains meet on the first tick both reach; ids are derived
-	// from the tick).
-	if succ := next(sched, loc, in.Tick); !succ.IsZero() && !succ.Equal(d.next) {
+	c.m.fires.WithLabelValues(OutcomeMissed).Add(float64(d.missed))
+	// A repeated run may follow one that wrote the ready pointer of its
+	// successor and died before that task's object. The pointer would head
+	// this schedule's mailbox for the host's orphan wait (10s), holding
+	// the chain back, so the successor an on-time run submits is
+	// submitted again: its object appears and its driver, late too, goes
+	// on with this one (the chains meet on the first driver id both
+	// submit; see decide). Only a repeated run does it: under CatchUpAll
+	// every driver of a catch-up is late, and each re-submitting its
+	// successor would have every driver of the batch fire the rest of it.
+	if succ := next(sched, loc, in.Tick); repeated(t) && !succ.IsZero() && !succ.Equal(res.Next) {
 		if err := c.submitDriver(ctx, s, succ); err != nil {
 			return nil, fmt.Errorf("schedule %s: re-submitting tick %s: %w", name, succ.Format(time.RFC3339), err)
 		}
 	}
-	if !d.next.IsZero() {
-		if err := c.submitDriver(ctx, s, d.next); err != nil {
-			return nil, fmt.Errorf("schedule %s: scheduling tick %s: %w", name, d.next.Format(time.RFC3339), err)
+	if !res.Next.IsZero() {
+		if err := c.submitDriver(ctx, s, res.Next); err != nil {
+			return nil, fmt.Errorf("schedule %s: scheduling tick %s: %w", name, res.Next.Format(time.RFC3339), err)
 		}
 	}
-	if d.outcome != OutcomeOnTime || d.skipped > 0 {
-		c.log.Info("schedule: tick missed", "schedule", name, "tick", in.Tick, "lag", d.lag, "outcome", d.outcome,
-			"fired", res.Fired, "skipped", d.skipped, "catch_up", s.CatchUp, "next", d.next)
-	}
+	c.logRun(s, in.Tick, d, res)
 	return result(res)
+}
+
+// logRun logs a run that did not just fire its tick on time.
+func (c *Client) logRun(s *Schedule, tick time.Time, d decision, res Result) {
+	if d.missed > 0 {
+		c.log.Warn("schedule: ticks missed: older than the catch-up window when the driver reached them", "schedule", s.Name,
+			"tick", tick, "lag", d.lag, "missed", d.missed, "window", s.CatchUpWindow.Std(), "fired", res.FiredCount, "next", res.Next)
+	}
+	switch {
+	case s.CatchUp == CatchUpAll && d.outcome == OutcomeLate:
+		c.log.Info("schedule: catching up", "schedule", s.Name, "tick", tick, "lag", d.lag, "fired", res.FiredCount,
+			"first", res.Fired, "last", res.FiredLast, "next", res.Next)
+	case s.CatchUp != CatchUpAll && (d.outcome != OutcomeOnTime || d.skipped > 0):
+		c.log.Info("schedule: tick missed", "schedule", s.Name, "tick", tick, "lag", d.lag, "outcome", d.outcome,
+			"fired", res.Fired, "skipped", d.skipped, "catch_up", s.CatchUp, "next", res.Next)
+	}
 }
 
 // fire submits the task of s for tick, lag after it, and returns its id. A task the

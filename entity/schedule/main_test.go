@@ -26,10 +26,13 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// fakeClock is an S3 clock tests move by hand.
+// fakeClock is an S3 clock tests move by hand; with a step, every read
+// also moves it on by the step, so that the times tasks are created at
+// tell the order of their submits.
 type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
 }
 
 func (c *fakeClock) set(t time.Time) {
@@ -38,9 +41,22 @@ func (c *fakeClock) set(t time.Time) {
 	c.now = t
 }
 
+func (c *fakeClock) setStep(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.step = d
+}
+
+func (c *fakeClock) get() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
 func (c *fakeClock) ServerTime(context.Context) (storage.ServerTime, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.now = c.now.Add(c.step)
 	return storage.ServerTime{Now: c.now}, nil
 }
 

@@ -10,11 +10,16 @@ import (
 const (
 	// OutcomeOnTime: the tick fired within the grace.
 	OutcomeOnTime = "on_time"
-	// OutcomeLate: a tick fired after the grace (CatchUpOnce's catch-up).
+	// OutcomeLate: a tick fired after the grace (a catch-up: CatchUpAll's,
+	// or CatchUpOnce's latest tick).
 	OutcomeLate = "late"
-	// OutcomeSkipped: a due tick that did not fire (missed under
-	// CatchUpSkip, or one of the missed ticks a catch-up stands for).
+	// OutcomeSkipped: a late tick that did not fire under CatchUpSkip, or
+	// one of the late ticks CatchUpOnce's fire stands for; also a tick
+	// whose task the cluster refused (any policy).
 	OutcomeSkipped = "skipped"
+	// OutcomeMissed: a tick older than the catch-up window when the
+	// driver reached it, not fired (CatchUpAll).
+	OutcomeMissed = "missed"
 )
 
 type metrics struct {
@@ -26,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		fires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_schedule_fires_total",
-			Help: "Schedule ticks by outcome: on_time (fired within the grace), late (fired after the grace by catch-up once), skipped (not fired).",
+			Help: "Schedule ticks by outcome: on_time (fired within the grace), late (fired after the grace by a catch-up), skipped (not fired: catch-up skip or once, or refused), missed (older than the catch-up window: catch-up all).",
 		}, []string{"outcome"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tenure_schedule_fire_lag_seconds",
@@ -34,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
-	for _, o := range []string{OutcomeOnTime, OutcomeLate, OutcomeSkipped} {
+	for _, o := range []string{OutcomeOnTime, OutcomeLate, OutcomeSkipped, OutcomeMissed} {
 		m.fires.WithLabelValues(o)
 	}
 	if reg != nil {

@@ -18,16 +18,40 @@ import (
 type CatchUp string
 
 const (
-	// CatchUpSkip (the default) fires no missed tick: the schedule goes on
-	// with the first tick after now.
+	// CatchUpAll (the default) fires every tick that is at most the
+	// schedule's CatchUpWindow old when its driver reaches it, late, in
+	// tick order, in batches of at most MaxBatch ticks per driver run.
+	// Ticks older than the window are missed: counted and logged, not
+	// fired.
+	CatchUpAll CatchUp = "all"
+	// CatchUpSkip fires no late tick: the schedule goes on with the first
+	// tick within the grace. It was the default of schedules created
+	// before CatchUpAll existed, which keep it.
 	CatchUpSkip CatchUp = "skip"
-	// CatchUpOnce fires the latest missed tick once, late, standing for
-	// all the ticks missed, then goes on with the first tick after now.
+	// CatchUpOnce fires the latest late tick once, late, standing for all
+	// the ticks missed, then goes on with the first tick within the grace.
 	CatchUpOnce CatchUp = "once"
 )
 
 // Valid reports whether c is a catch-up policy.
-func (c CatchUp) Valid() bool { return c == CatchUpSkip || c == CatchUpOnce }
+func (c CatchUp) Valid() bool { return c == CatchUpAll || c == CatchUpSkip || c == CatchUpOnce }
+
+// Bounds of a CatchUpAll schedule's window.
+const (
+	// DefaultCatchUpWindow is the window of a CatchUpAll schedule created
+	// without one, and of one stored without one.
+	DefaultCatchUpWindow = time.Hour
+	// MinCatchUpWindow is the shortest window. A window shorter than the
+	// driver's grace acts as the grace: a tick within the grace is never
+	// missed.
+	MinCatchUpWindow = time.Second
+	// MaxCatchUpWindow is the longest window: 7 days, the cluster's
+	// default task retention. A repeated driver run that fires a tick
+	// again finds the tick's task only while the task is kept: a window
+	// longer than the retention could fire a tick whose task was purged
+	// a second time.
+	MaxCatchUpWindow = 7 * 24 * time.Hour
+)
 
 // parser accepts 5 fields, an optional leading seconds field (6 fields),
 // and descriptors (@hourly, @every 1s).
@@ -50,8 +74,13 @@ type Spec struct {
 	Type   string
 	Entity string
 	Input  json.RawMessage
-	// CatchUp defaults to CatchUpSkip.
+	// CatchUp defaults to CatchUpAll.
 	CatchUp CatchUp
+	// CatchUpWindow is how old a late tick may be and still fire under
+	// CatchUpAll: zero means DefaultCatchUpWindow; at least
+	// MinCatchUpWindow, at most MaxCatchUpWindow. The other policies take
+	// none.
+	CatchUpWindow time.Duration
 }
 
 // Schedule is a stored schedule: the object at Key(shard, name).
@@ -63,7 +92,11 @@ type Schedule struct {
 	Entity  string          `json:"entity,omitempty"`
 	Input   json.RawMessage `json:"input,omitempty"`
 	CatchUp CatchUp         `json:"catch_up"`
-	Paused  bool            `json:"paused"`
+	// CatchUpWindow is the window of a CatchUpAll schedule (see
+	// Spec.CatchUpWindow); absent for the other policies. One stored
+	// without it reads as DefaultCatchUpWindow.
+	CatchUpWindow task.Duration `json:"catch_up_window,omitempty"`
+	Paused        bool          `json:"paused"`
 	// Generation tells this schedule from an earlier one of the same name
 	// that was deleted: it is the creation time in Unix nanoseconds (S3
 	// time), so no tombstone has to outlive a delete. Driver and fired task
@@ -89,7 +122,27 @@ func (s *Schedule) Next(t time.Time) time.Time {
 	if err != nil {
 		return time.Time{}
 	}
-	return next(sched, loc, t)
+	return s.after(sched, loc, t)
+}
+
+// after is the schedule's first tick strictly after t. The ticks of an
+// @every schedule lie on its generation's grid: its first tick (the
+// creation time to the second, plus the delay) plus multiples of the
+// delay. Counting the delay from t instead would start another grid
+// wherever t is not a tick (a resume, a chain going on after late ticks):
+// a second chain of the schedule, pending beside the first (a resume
+// before the paused chain's next tick, a fork), would never meet it, and
+// both would fire. Calendar ticks are the calendar's whatever t is.
+func (s *Schedule) after(sched cron.Schedule, loc *time.Location, t time.Time) time.Time {
+	cd, ok := sched.(cron.ConstantDelaySchedule)
+	if !ok || cd.Delay < time.Second {
+		return next(sched, loc, t)
+	}
+	origin := next(sched, loc, time.Unix(0, s.Generation))
+	if t.Before(origin) {
+		return origin
+	}
+	return origin.Add((t.Sub(origin)/cd.Delay + 1) * cd.Delay)
 }
 
 // next is sched's first tick after t, read in loc, in UTC. Ticks are whole
@@ -148,24 +201,40 @@ func (sp *Spec) validate(maxInput int) error {
 		return &ValidationError{Field: "input", Rule: fmt.Sprintf("is %d bytes, the task input limit is %d", len(sp.Input), maxInput)}
 	}
 	if sp.CatchUp == "" {
-		sp.CatchUp = CatchUpSkip
+		sp.CatchUp = CatchUpAll
 	}
 	if !sp.CatchUp.Valid() {
-		return &ValidationError{Field: "catch_up", Value: strconv.Quote(abbrev(string(sp.CatchUp), 60)), Rule: `must be "skip" or "once"`}
+		return &ValidationError{Field: "catch_up", Value: strconv.Quote(abbrev(string(sp.CatchUp), 60)), Rule: `must be "all", "once" or "skip"`}
+	}
+	switch {
+	case sp.CatchUp != CatchUpAll && sp.CatchUpWindow != 0:
+		return &ValidationError{Field: "catch_up_window", Value: sp.CatchUpWindow.String(),
+			Rule: fmt.Sprintf("applies to catch_up %q only (this schedule's is %q)", CatchUpAll, sp.CatchUp)}
+	case sp.CatchUp != CatchUpAll:
+	case sp.CatchUpWindow == 0:
+		sp.CatchUpWindow = DefaultCatchUpWindow
+	case sp.CatchUpWindow < MinCatchUpWindow || sp.CatchUpWindow > MaxCatchUpWindow:
+		return &ValidationError{Field: "catch_up_window", Value: sp.CatchUpWindow.String(),
+			Rule: fmt.Sprintf("must be between %s and %s", MinCatchUpWindow, MaxCatchUpWindow)}
 	}
 	return nil
 }
 
-// check validates a decoded schedule: what a stored object must hold for
-// the driver to act on it.
+// check validates a decoded schedule, what a stored object must hold for
+// the driver to act on it, and fills the default window of a CatchUpAll
+// schedule stored without one.
 func (s *Schedule) check() error {
-	sp := Spec{Name: s.Name, Cron: s.Cron, TZ: s.TZ, Type: s.Type, Entity: s.Entity, Input: s.Input, CatchUp: s.CatchUp}
+	if s.CatchUp == "" {
+		// Every version wrote the policy: a schedule stored without one
+		// was not written by Create, and must not become CatchUpAll.
+		return &ValidationError{Field: "catch_up", Rule: "is missing"}
+	}
+	sp := Spec{Name: s.Name, Cron: s.Cron, TZ: s.TZ, Type: s.Type, Entity: s.Entity, Input: s.Input,
+		CatchUp: s.CatchUp, CatchUpWindow: s.CatchUpWindow.Std()}
 	if err := sp.validate(0); err != nil {
 		return err
 	}
-	if s.CatchUp == "" {
-		return &ValidationError{Field: "catch_up", Rule: "is missing"}
-	}
+	s.CatchUpWindow = task.Duration(sp.CatchUpWindow)
 	if s.Generation <= 0 || s.Rev <= 0 {
 		return &ValidationError{Field: "generation/rev", Value: fmt.Sprintf("%d/%d", s.Generation, s.Rev), Rule: "must be positive"}
 	}

@@ -12,7 +12,7 @@ import (
 // since S3's clock is read from Date headers, to the second (measured:
 // median 0.64 s, max 1.06 s with 3 runners); 2 s covers that and a busy
 // owner. A failover takes longer (lease TTL, plus the task lease when the
-// driver was running), so the ticks of a failover gap are missed and the
+// driver was running), so the ticks of a failover gap are late and the
 // catch-up policy decides.
 const DefaultGrace = 2 * time.Second
 
@@ -37,7 +37,7 @@ func WithGroup(g string) Option { return func(o *options) { o.group = g } }
 func WithShards(n int) Option { return func(o *options) { o.shards = n } }
 
 // WithGrace sets how late a tick may be reached and still fire on time
-// (default DefaultGrace); a later tick is missed, and the schedule's
+// (default DefaultGrace); a later tick is late, and the schedule's
 // CatchUp decides. Zero or less keeps the default.
 func WithGrace(d time.Duration) Option {
 	return func(o *options) {
