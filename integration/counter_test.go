@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -213,35 +212,15 @@ func TestCounterExactAcrossKillDrainAndPartition(t *testing.T) {
 	// The load: op i increments counter (i/2) % 10, as a task when i is
 	// even, as a call when odd; an op starts counterPace after the one
 	// before.
-	var done atomic.Int64
-	ops := make(chan int)
-	go func() {
-		defer close(ops)
-		tick := time.NewTicker(counterPace)
-		defer tick.Stop()
-		for i := range counterOps {
-			<-tick.C
-			ops <- i
+	load := startPacedLoad(counterOps, 32, counterPace, func(i int) {
+		id := counters[(i/2)%counterIDs]
+		if i%2 == 0 {
+			counterSubmit(t, tasks, l, id, fmt.Sprintf("inc-%04d", i))
+		} else {
+			counterCall(t, cli, l, id)
 		}
-	}()
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range ops {
-				id := counters[(i/2)%counterIDs]
-				if i%2 == 0 {
-					counterSubmit(t, tasks, l, id, fmt.Sprintf("inc-%04d", i))
-				} else {
-					counterCall(t, cli, l, id)
-				}
-				done.Add(1)
-			}
-		})
-	}
-	began := time.Now()
-	progress := func(n int64, what string) {
-		testenv.WaitFor(t, fmt.Sprintf("%d increments done before %s", n, what), 60*time.Second, func() bool { return done.Load() >= n })
-	}
+	})
+	progress := func(n int, what string) { load.await(t, n, what, 60*time.Second) }
 	others := func(r *runnerProc) []string {
 		var out []string
 		for _, id := range ids {
@@ -256,7 +235,7 @@ func TestCounterExactAcrossKillDrainAndPartition(t *testing.T) {
 	// have moved.
 	progress(counterOps/5, "the SIGKILL")
 	kill := rs[0]
-	t.Logf("SIGKILL of %s at %d increments (%s)", kill.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("SIGKILL of %s at %s", kill.id, load.at())
 	kill.signal(t, syscall.SIGKILL)
 	kill.wait(t, 10*time.Second)
 	c.waitAllOwned(others(kill), 20*time.Second)
@@ -265,7 +244,7 @@ func TestCounterExactAcrossKillDrainAndPartition(t *testing.T) {
 	// SIGTERM (drain) at two fifths; it comes back after it exits.
 	progress(2*counterOps/5, "the drain")
 	drain := rs[1]
-	t.Logf("SIGTERM of %s at %d increments (%s)", drain.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("SIGTERM of %s at %s", drain.id, load.at())
 	drain.signal(t, syscall.SIGTERM)
 	if code := drain.wait(t, 20*time.Second); code != 0 {
 		t.Errorf("%s exited %d after SIGTERM, want 0", drain.id, code)
@@ -275,14 +254,14 @@ func TestCounterExactAcrossKillDrainAndPartition(t *testing.T) {
 	// Partition at three fifths, healed once its shards have moved.
 	progress(3*counterOps/5, "the partition")
 	cut := rs[2]
-	t.Logf("partition of %s at %d increments (%s)", cut.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("partition of %s at %s", cut.id, load.at())
 	cut.proxy.SetMode(testenv.Blackhole)
 	c.waitAllOwned(others(cut), 30*time.Second)
 	cut.proxy.SetMode(testenv.Pass)
-	t.Logf("healed %s at %d increments (%s)", cut.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("healed %s at %s", cut.id, load.at())
 
-	wg.Wait()
-	t.Logf("load done: %d increments in %s", done.Load(), time.Since(began).Round(time.Millisecond))
+	load.wait()
+	t.Logf("load done: %s", load.at())
 	l.settleTasks(t, tasks)
 	c.waitSettled(rs, 1, 30*time.Second)
 

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -153,43 +152,23 @@ func TestCallOutcomesUnderFaults(t *testing.T) {
 		return rs[i%len(rs)]
 	}
 
-	var done atomic.Int64
-	queue := make(chan int)
-	go func() {
-		defer close(queue)
-		tick := time.NewTicker(outcomePace)
-		defer tick.Stop()
-		for i := range ops {
-			<-tick.C
-			queue <- i
-		}
-	}()
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range queue {
-				o := ops[i]
-				r := pickRunner(i)
-				o.runner = r.id
-				// The caller's own bound, from outside: far past its deadline.
-				hc := &http.Client{Timeout: o.timeout + 15*time.Second}
-				o.start = time.Now()
-				o.status, o.body, o.transport = postCall(hc, r.admin, counterType, o.counter,
-					"?timeout="+o.timeout.String(), []byte(fmt.Sprintf(`{"add":%d}`, o.add())))
-				o.end = time.Now()
-				if o.transport == nil {
-					if err := json.Unmarshal(o.body, &o.answer); err != nil {
-						t.Errorf("%s: the body is not JSON: %v", o, err)
-					}
-				}
-				done.Add(1)
+	load := startPacedLoad(len(ops), 32, outcomePace, func(i int) {
+		o := ops[i]
+		r := pickRunner(i)
+		o.runner = r.id
+		// The caller's own bound, from outside: far past its deadline.
+		hc := &http.Client{Timeout: o.timeout + 15*time.Second}
+		o.start = time.Now()
+		o.status, o.body, o.transport = postCall(hc, r.admin, counterType, o.counter,
+			"?timeout="+o.timeout.String(), []byte(fmt.Sprintf(`{"add":%d}`, o.add())))
+		o.end = time.Now()
+		if o.transport == nil {
+			if err := json.Unmarshal(o.body, &o.answer); err != nil {
+				t.Errorf("%s: the body is not JSON: %v", o, err)
 			}
-		})
-	}
-	began := time.Now()
-	progress := func(n int, what string) {
-		testenv.WaitFor(t, fmt.Sprintf("%d calls answered before %s", n, what), 90*time.Second, func() bool { return done.Load() >= int64(n) })
-	}
+		}
+	})
+	progress := func(n int, what string) { load.await(t, n, what, 90*time.Second) }
 	others := func(r *runnerProc) []string {
 		var out []string
 		for _, id := range ids {
@@ -204,7 +183,7 @@ func TestCallOutcomesUnderFaults(t *testing.T) {
 	// shards have moved; then healed.
 	progress(len(ops)/5, "the partition")
 	cut := rs[2]
-	t.Logf("partition of %s at %d calls (%s)", cut.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("partition of %s at %s", cut.id, load.at())
 	cut.proxy.SetMode(testenv.Blackhole)
 	testenv.WaitFor(t, cut.id+" detached", 20*time.Second, func() bool {
 		st, err := cut.status()
@@ -216,7 +195,7 @@ func TestCallOutcomesUnderFaults(t *testing.T) {
 	// SIGKILL at two fifths; started again once its shards have moved.
 	progress(2*len(ops)/5, "the SIGKILL")
 	kill := rs[0]
-	t.Logf("SIGKILL of %s at %d calls (%s)", kill.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("SIGKILL of %s at %s", kill.id, load.at())
 	setUp(kill.id, false)
 	kill.signal(t, syscall.SIGKILL)
 	kill.wait(t, 10*time.Second)
@@ -228,7 +207,7 @@ func TestCallOutcomesUnderFaults(t *testing.T) {
 	// SIGTERM at three fifths; started again once it has exited.
 	progress(3*len(ops)/5, "the SIGTERM")
 	term := rs[1]
-	t.Logf("SIGTERM of %s at %d calls (%s)", term.id, done.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("SIGTERM of %s at %s", term.id, load.at())
 	setUp(term.id, false)
 	term.signal(t, syscall.SIGTERM)
 	if code := term.wait(t, 20*time.Second); code != 0 {
@@ -237,8 +216,8 @@ func TestCallOutcomesUnderFaults(t *testing.T) {
 	c.restart(term)
 	setUp(term.id, true)
 
-	wg.Wait()
-	t.Logf("load done: %d calls in %s", done.Load(), time.Since(began).Round(time.Millisecond))
+	load.wait()
+	t.Logf("load done: %s", load.at())
 	for _, r := range rs {
 		r.s3.slowDown("", 0)
 	}

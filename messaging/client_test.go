@@ -302,6 +302,22 @@ func TestOversizedRefusedBeforeSending(t *testing.T) {
 	}
 }
 
+// clientOf is a client whose one runner "b", holding every shard, delivers
+// to f: through the local path when local, else over the network.
+func clientOf(t *testing.T, f *fake, local bool) *messaging.Client {
+	v := newView()
+	var opts []messaging.Option
+	if local {
+		opts = append(opts, messaging.WithLocal("b", f))
+		v.runner("b", deadAddr(t))
+	} else {
+		v.runner("b", serve(t, f))
+	}
+	v.lock("b", 5)
+	c, _ := v.client(t, opts...)
+	return c
+}
+
 func TestFailuresMapToTypedErrors(t *testing.T) {
 	testenv.CheckLeaks(t)
 	app := entity.NewAppError("checked_out", "cart c1 is checked out").WithDetails(map[string]string{"cart": "c1"}).WithStatus(409)
@@ -344,17 +360,8 @@ func TestFailuresMapToTypedErrors(t *testing.T) {
 	for _, local := range []bool{false, true} {
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/local=%v", tc.id, local), func(t *testing.T) {
-				v := newView()
-				var opts []messaging.Option
 				f := &fake{fn: d}
-				if local {
-					opts = append(opts, messaging.WithLocal("b", f))
-					v.runner("b", deadAddr(t))
-				} else {
-					v.runner("b", serve(t, f))
-				}
-				v.lock("b", 5)
-				c, _ := v.client(t, opts...)
+				c := clientOf(t, f, local)
 				_, err := c.Call(ctxT(t), "echo", tc.id, nil)
 				var ce *messaging.CallError
 				if !errors.As(err, &ce) || ce.Code != tc.code || ce.Type != "echo" || ce.ID != tc.id || !strings.Contains(err.Error(), tc.msg) {
@@ -425,17 +432,8 @@ func TestCallerDeadlineBeforeAndAfterStart(t *testing.T) {
 	for _, local := range []bool{false, true} {
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/local=%v", tc.id, local), func(t *testing.T) {
-				v := newView()
-				var opts []messaging.Option
 				f := &fake{fn: d}
-				if local {
-					opts = append(opts, messaging.WithLocal("b", f))
-					v.runner("b", deadAddr(t))
-				} else {
-					v.runner("b", serve(t, f))
-				}
-				v.lock("b", 5)
-				c, _ := v.client(t, opts...)
+				c := clientOf(t, f, local)
 				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 				defer cancel()
 				_, err := c.Call(ctx, "echo", tc.id, nil)
