@@ -39,7 +39,12 @@ type Status struct {
 	ConfigVersion    int64    `json:"config_version"`
 	ConfigCanary     bool     `json:"config_canary"`
 	ConfigError      string   `json:"config_error"`
-	Types            []string `json:"types"`
+	// StaticConfig is the runner's own values (file, environment, flags)
+	// of the settings a dynamic config document is checked against: its
+	// lease (runner.LeaseKeys) and the dynamic keys. `tenure config set`
+	// checks a document against it before writing it.
+	StaticConfig map[string]string `json:"static_config"`
+	Types        []string          `json:"types"`
 	// Singletons lists the singletons of the shards it owns: where they
 	// run and since when.
 	Singletons []entity.SingletonStatus `json:"singletons"`
@@ -61,6 +66,7 @@ func (r *Runner) Status() Status {
 		ConfigVersion: r.dynamic.version,
 		ConfigCanary:  r.dynamic.canary,
 		ConfigError:   r.dynamic.err,
+		StaticConfig:  r.cfg.StaticSettings(),
 		CallAddr:      r.calls.advertise(r.cfg),
 	}
 	r.mu.Unlock()

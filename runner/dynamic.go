@@ -90,7 +90,7 @@ func (r *Runner) applyDynamic(raw []byte, revision int64) {
 
 func (r *Runner) rejectDynamic(revision int64, err error) {
 	r.mu.Lock()
-	r.dynamic.err = "revision " + strconv.FormatInt(revision, 10) + ": " + err.Error()
+	r.dynamic.err = "revision " + strconv.FormatInt(revision, 10) + ": " + flatLine(err)
 	version := r.dynamic.version
 	r.mu.Unlock()
 	r.log.Error("ignoring invalid dynamic config; keeping the last good one", "revision", revision, "in_force", version, "err", err)
