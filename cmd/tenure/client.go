@@ -286,9 +286,14 @@ type runnerState struct {
 	ConfigVersion    *int64
 	ConfigCanary     bool
 	ConfigError      string
-	Version          string
-	Types            []string
-	HasTypes         bool // the runner reported its types
+	ConfigRevision   int64 // etcd revision of the latest document it read (0: none, or not reported)
+	// StaticConfig is the runner's own lease and dynamic settings, which
+	// `config set` checks a document against (nil from runners that do
+	// not report it).
+	StaticConfig map[string]string
+	Version      string
+	Types        []string
+	HasTypes     bool // the runner reported its types
 	// Singletons are the singletons it runs, as it reports them.
 	Singletons []entity.SingletonStatus
 }
@@ -308,6 +313,8 @@ func decodeRunnerState(b []byte) (runnerState, error) {
 	st.Draining = deref(field[bool](raw, "draining"))
 	st.ConfigCanary = deref(field[bool](raw, "config_canary"))
 	st.ConfigError = deref(field[string](raw, "config_error"))
+	st.ConfigRevision = deref(field[int64](raw, "config_revision"))
+	st.StaticConfig = deref(field[map[string]string](raw, "static_config"))
 	st.Version = deref(field[string](raw, "version"))
 	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))
 	if types := field[[]string](raw, "types"); types != nil {
