@@ -21,7 +21,6 @@ import (
 	"github.com/tenurehq/tenure/internal/bench"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
-	"github.com/tenurehq/tenure/storage/etcd"
 )
 
 // CLI is what every command gets: where to write, the environment, and the
@@ -43,6 +42,8 @@ type CLI struct {
 	// benchBase is the base of `tenure bench`'s options (tests point its
 	// Executable and Infra at a built binary and shared servers).
 	benchBase bench.Options
+	// loaded is the config last loaded, for error hints (nil: none).
+	loaded *loadedConfig
 }
 
 // ConfigEnv names the config file when --config is not given.
@@ -80,7 +81,11 @@ func (c *CLI) loadConfig(overrides []string) (runner.Config, error) {
 	if err != nil {
 		return runner.Config{}, err
 	}
-	return runner.Load(path, environ, overrides)
+	cfg, err := runner.Load(path, environ, overrides)
+	if err == nil {
+		c.loaded = &loadedConfig{path: path, dev: isDevConfig(path, cfg)}
+	}
+	return cfg, err
 }
 
 // configSource returns the config file to load ("" for none) and the
@@ -161,11 +166,6 @@ func (c *CLI) Connect(ctx context.Context, cfg runner.Config, opts ...runner.Cli
 	}
 	return &Conn{EtcdConn: EtcdConn{Config: cfg, Meta: client.Meta(), Etcd: rs}, Objects: client.Store().Objects(),
 		Tasks: client.Client, Group: client.Group(), client: client}, nil
-}
-
-// dialEtcd connects to the configured etcd on the cluster's prefix.
-func (c *CLI) dialEtcd(ctx context.Context, cfg runner.Config) (*etcd.Store, error) {
-	return runner.DialEtcd(ctx, cfg)
 }
 
 // durationFlag is a duration flag that names what it wants when the value
