@@ -139,6 +139,9 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	start = time.Now()
 	_, _, err = c.run(Drain, "odd", "--wait", "300ms")
 	assertOneLine(t, "drain that does not finish", err, "runner odd still holds 2 shard lock(s) after 300ms (default/3, default/4)")
+	if code := exitCode(err); code != exitTimedOut {
+		t.Errorf("drain whose --wait ran out: exit %d, want %d", code, exitTimedOut)
+	}
 	if d := time.Since(start); d < 300*time.Millisecond || d > 10*time.Second {
 		t.Errorf("drain --wait 300ms returned after %s", d)
 	}
