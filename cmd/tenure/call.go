@@ -154,10 +154,12 @@ func watchCallShard(ctx context.Context, cli *CLI, conn *Conn, shard storage.Sha
 	go func() {
 		warning := ""
 		defer func() { done <- warning }()
+		timer := time.NewTimer(callWarnDelay)
+		defer timer.Stop()
 		select {
 		case <-wctx.Done():
 			return
-		case <-time.After(callWarnDelay):
+		case <-timer.C:
 		}
 		v, err := viewShard(wctx, conn.Etcd, shard)
 		if err != nil || wctx.Err() != nil {

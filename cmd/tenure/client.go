@@ -286,7 +286,9 @@ type runnerState struct {
 	ConfigVersion    *int64
 	ConfigCanary     bool
 	ConfigError      string
-	ConfigRevision   int64 // etcd revision of the latest document it read (0: none, or not reported)
+	ConfigRevision   int64 // etcd revision of the latest document it read (0: none yet)
+	// ReportsRevision: the runner reports ConfigRevision (older ones do not).
+	ReportsRevision bool
 	// StaticConfig is the runner's own lease and dynamic settings, which
 	// `config set` checks a document against (nil from runners that do
 	// not report it).
@@ -313,7 +315,9 @@ func decodeRunnerState(b []byte) (runnerState, error) {
 	st.Draining = deref(field[bool](raw, "draining"))
 	st.ConfigCanary = deref(field[bool](raw, "config_canary"))
 	st.ConfigError = deref(field[string](raw, "config_error"))
-	st.ConfigRevision = deref(field[int64](raw, "config_revision"))
+	if rev := field[int64](raw, "config_revision"); rev != nil {
+		st.ConfigRevision, st.ReportsRevision = *rev, true
+	}
 	st.StaticConfig = deref(field[map[string]string](raw, "static_config"))
 	st.Version = deref(field[string](raw, "version"))
 	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))

@@ -229,7 +229,7 @@ func afterWrite(cli *CLI, live []liveRunner, version, rev int64) error {
 	var refused, late []string
 	for _, r := range live {
 		switch {
-		case !r.reachable() || r.state.ConfigRevision == 0:
+		case !r.reachable() || !r.state.ReportsRevision:
 		case r.state.ConfigRevision < rev:
 			late = append(late, r.ID)
 		case r.state.ConfigError != "":
@@ -260,28 +260,29 @@ func awaitApplied(ctx context.Context, adm *admin, live []liveRunner, rev int64)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		waiting := false
-		for i := range live {
-			r := &live[i]
-			if !r.reachable() || r.state.ConfigRevision >= rev {
-				continue
+		var waiting []int
+		var infos []storage.RunnerInfo
+		for i, r := range live {
+			// A runner too old to report what it read is not waited for.
+			if r.reachable() && r.state.ReportsRevision && r.state.ConfigRevision < rev {
+				waiting = append(waiting, i)
+				infos = append(infos, r.RunnerInfo)
 			}
-			st, err := adm.status(ctx, r.Addr)
-			if err != nil || st.ConfigRevision == 0 {
-				// Gone meanwhile, or too old to say what it read: keep what
-				// it said before.
-				continue
-			}
-			r.state = st
-			waiting = waiting || st.ConfigRevision < rev
 		}
-		if !waiting {
+		if len(waiting) == 0 {
 			return live
 		}
 		select {
 		case <-ctx.Done():
 			return live
 		case <-tick.C:
+		}
+		states, errs := adm.runnerStates(ctx, infos)
+		for j, i := range waiting {
+			// One gone meanwhile keeps what it said before.
+			if errs[j] == nil {
+				live[i].state = states[j]
+			}
 		}
 	}
 }

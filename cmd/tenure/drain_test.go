@@ -69,6 +69,12 @@ func TestRunnersEndToEnd(t *testing.T) {
 		set.Version != 1 || set.Base["detachment.mode"] != "observe" || len(set.Runners) != 2 {
 		t.Errorf("config set -o json: %+v (%v), want version 1 with the base and both runners", set, err)
 	}
+	// set waits until the runners that answer have read what it wrote.
+	for _, r := range set.Runners {
+		if !r.Reachable || r.ConfigVersion == nil || *r.ConfigVersion != 1 || r.ConfigError != "" {
+			t.Errorf("config set -o json, runner %+v: want it running version 1", r)
+		}
+	}
 	waitUntil(t, "both runners in observe mode on config version 1", 20*time.Second, func() bool {
 		rep = getStatus(t, c)
 		for _, r := range rep.Runners {
