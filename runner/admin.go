@@ -39,7 +39,15 @@ type Status struct {
 	ConfigVersion    int64    `json:"config_version"`
 	ConfigCanary     bool     `json:"config_canary"`
 	ConfigError      string   `json:"config_error"`
-	Types            []string `json:"types"`
+	// ConfigRevision is the etcd revision of the latest dynamic config
+	// document the runner read, applied or refused (0: none yet).
+	ConfigRevision int64 `json:"config_revision"`
+	// StaticConfig is the runner's own values (file, environment, flags)
+	// of the settings a dynamic config document is checked against: its
+	// lease (runner.LeaseKeys) and the dynamic keys. `tenure config set`
+	// checks a document against it before writing it.
+	StaticConfig map[string]string `json:"static_config"`
+	Types        []string          `json:"types"`
 	// Singletons lists the singletons of the shards it owns: where they
 	// run and since when.
 	Singletons []entity.SingletonStatus `json:"singletons"`
@@ -50,18 +58,20 @@ func (r *Runner) Status() Status {
 	addr := r.advertise()
 	r.mu.Lock()
 	st := Status{
-		RunnerID:      r.cfg.RunnerID,
-		Cluster:       r.cfg.Cluster,
-		Version:       Version,
-		StartedAt:     r.started.UTC().Format(time.RFC3339),
-		Addr:          addr,
-		Weight:        r.cfg.Weight,
-		Draining:      r.draining,
-		Registered:    r.registered,
-		ConfigVersion: r.dynamic.version,
-		ConfigCanary:  r.dynamic.canary,
-		ConfigError:   r.dynamic.err,
-		CallAddr:      r.calls.advertise(r.cfg),
+		RunnerID:       r.cfg.RunnerID,
+		Cluster:        r.cfg.Cluster,
+		Version:        Version,
+		StartedAt:      r.started.UTC().Format(time.RFC3339),
+		Addr:           addr,
+		Weight:         r.cfg.Weight,
+		Draining:       r.draining,
+		Registered:     r.registered,
+		ConfigVersion:  r.dynamic.version,
+		ConfigCanary:   r.dynamic.canary,
+		ConfigError:    r.dynamic.err,
+		ConfigRevision: r.dynamic.revision,
+		StaticConfig:   r.cfg.StaticSettings(),
+		CallAddr:       r.calls.advertise(r.cfg),
 	}
 	r.mu.Unlock()
 	if st.Draining {

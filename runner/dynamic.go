@@ -79,7 +79,7 @@ func (r *Runner) applyDynamic(raw []byte, revision int64) {
 	}
 	r.mu.Lock()
 	changed := r.dynamic.version != doc.Version || r.dynamic.canary != canary
-	r.dynamic = dynamicState{version: doc.Version, canary: canary}
+	r.dynamic = dynamicState{version: doc.Version, canary: canary, revision: revision}
 	r.mu.Unlock()
 	if changed {
 		r.log.Info("dynamic config applied", "config_version", doc.Version, "canary", canary,
@@ -90,7 +90,8 @@ func (r *Runner) applyDynamic(raw []byte, revision int64) {
 
 func (r *Runner) rejectDynamic(revision int64, err error) {
 	r.mu.Lock()
-	r.dynamic.err = "revision " + strconv.FormatInt(revision, 10) + ": " + err.Error()
+	r.dynamic.err = "revision " + strconv.FormatInt(revision, 10) + ": " + flatLine(err)
+	r.dynamic.revision = revision
 	version := r.dynamic.version
 	r.mu.Unlock()
 	r.log.Error("ignoring invalid dynamic config; keeping the last good one", "revision", revision, "in_force", version, "err", err)

@@ -90,21 +90,57 @@ func (d DynamicDoc) For(runnerID string) (map[string]string, bool) {
 	return d.Base, false
 }
 
-// Apply returns the detachment config c gets from the document: c's own
-// settings overlaid with the ones that apply to its runner, validated as a
-// start-up config is, against the runner's lease settings (a margin that
-// leaves the keep-alive no time to renew before the cutoff is refused at
-// run time as it is at start-up).
+// Apply returns the detachment config the runner of c gets from the
+// document: ApplyTo of c's own settings. Runners run it on every document
+// they read.
 func (d DynamicDoc) Apply(c Config) (detachment.Config, bool, error) {
-	layer, canary := d.For(c.RunnerID)
+	return d.ApplyTo(c.DynamicTarget())
+}
+
+// ApplyTo returns the detachment config t gets from the document (t's own
+// detachment settings overlaid with the layer that applies to its runner)
+// and whether that layer is the canary. Settings that CheckDetachment
+// refuses with t's lease give a *DynamicRefusal. It is the one check of a
+// document against a runner: the runner runs it before applying a
+// document (Apply), and `tenure config set` against every live runner
+// before writing one, so that the CLI refuses what a runner would.
+func (d DynamicDoc) ApplyTo(t DynamicTarget) (detachment.Config, bool, error) {
+	layer, canary := d.For(t.RunnerID)
+	refuse := func(err error) (detachment.Config, bool, error) {
+		return detachment.Config{}, canary, &DynamicRefusal{RunnerID: t.RunnerID, Version: d.Version, Canary: canary, Err: err}
+	}
+	c := Config{Lease: t.Lease, Detachment: t.Detachment}
 	for _, k := range slices.Sorted(maps.Keys(layer)) {
+		if !slices.Contains(DynamicKeys, k) {
+			return refuse(fmt.Errorf("%w: %s cannot change at run time", ErrInvalidConfig, k))
+		}
 		if err := c.Set(k, layer[k]); err != nil {
-			return detachment.Config{}, canary, err
+			return refuse(err)
 		}
 	}
-	det := c.Detachment.Machine()
-	if err := c.ShardingConfig().Validate(); err != nil {
-		return detachment.Config{}, canary, fmt.Errorf("%w: dynamic config version %d for runner %s: %w", ErrInvalidConfig, d.Version, c.RunnerID, renameFields(err))
+	if err := CheckDetachment(c.Lease, c.Detachment); err != nil {
+		return refuse(err)
 	}
-	return det, canary, nil
+	return c.Detachment.Machine(), canary, nil
 }
+
+// DynamicRefusal is a runner's refusal of a dynamic config document: the
+// settings that apply to it would be invalid with its own lease settings,
+// or do not parse. It wraps the reason, which wraps ErrInvalidConfig.
+type DynamicRefusal struct {
+	RunnerID string
+	Version  int64 // the document's version
+	Canary   bool  // the runner gets the canary layer
+	Err      error
+}
+
+func (e *DynamicRefusal) Error() string {
+	layer := "base"
+	if e.Canary {
+		layer = "canary"
+	}
+	return fmt.Sprintf("runner %s refuses dynamic config version %d (its %s layer): %v", e.RunnerID, e.Version, layer, e.Err)
+}
+
+// Unwrap returns the reason.
+func (e *DynamicRefusal) Unwrap() error { return e.Err }

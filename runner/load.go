@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"encoding"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix starts every environment variable the config reads.
@@ -111,32 +108,6 @@ func EnvKey(name string) (key string, ok bool) {
 		}
 	}
 	return "", false
-}
-
-// decodeYAML decodes a config file strictly (unknown keys are errors) and
-// records which keys it set.
-func (c *Config) decodeYAML(b []byte, set map[string]bool) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && err.Error() != "EOF" {
-		return err
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err == nil {
-		markSet("", raw, set)
-	}
-	return nil
-}
-
-func markSet(prefix string, m map[string]any, set map[string]bool) {
-	for k, v := range m {
-		key := prefix + k
-		if sub, ok := v.(map[string]any); ok {
-			markSet(key+".", sub, set)
-			continue
-		}
-		set[key] = true
-	}
 }
 
 // derive fills the keys that follow the lease TTL when they were not set.

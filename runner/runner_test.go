@@ -240,8 +240,18 @@ func TestStagedRollout(t *testing.T) {
 			st := x.status(t)
 			return st.ConfigError != "" && st.ConfigVersion == 1
 		})
-		if st := x.status(t); st.StartedAt != started[x.r.cfg.RunnerID] || !st.Registered {
+		st := x.status(t)
+		if st.StartedAt != started[x.r.cfg.RunnerID] || !st.Registered {
 			t.Fatalf("%s restarted or deregistered: %+v", x.r.cfg.RunnerID, st)
+		}
+		// It says which document it refuses and why, and reports the
+		// settings a tool checks documents against.
+		if want := "runner " + x.r.cfg.RunnerID + " refuses dynamic config version 2"; !strings.Contains(st.ConfigError, want) ||
+			!strings.Contains(st.ConfigError, "detachment.margin") {
+			t.Errorf("%s: config_error %q, want it to contain %q and the key", x.r.cfg.RunnerID, st.ConfigError, want)
+		}
+		if st.StaticConfig["lease.ttl"] != x.r.cfg.Lease.TTL.String() || st.StaticConfig["detachment.mode"] != "enforce" {
+			t.Errorf("%s: static_config %v", x.r.cfg.RunnerID, st.StaticConfig)
 		}
 	}
 }

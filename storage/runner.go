@@ -296,6 +296,29 @@ type ShardLockReader interface {
 	WatchShardLocks(ctx context.Context) <-chan LockEvent
 }
 
+// LeaseTime is what the backend says of a lease: the TTL it was granted
+// and how long it has left unless renewed.
+type LeaseTime struct {
+	// Granted is the TTL the lease was granted (and every renewal
+	// restores).
+	Granted time.Duration
+	// Remaining bounds the time left from the answer: the lease expires no
+	// later than Remaining after it unless renewed meanwhile. It is an
+	// upper bound because backends count in coarse units (etcd: whole
+	// seconds, rounded down, so Remaining is that count plus 1s).
+	Remaining time.Duration
+}
+
+// LeaseReader owns the read of a lease's time left. Tools that report on
+// runners (status) use it to tell how long a runner that does not answer
+// keeps its shard locks: they are bound to its lease.
+type LeaseReader interface {
+	// LeaseTimeToLive returns the lease's granted TTL and time left; a
+	// lease that no longer exists (expired, revoked, never granted)
+	// gives an error wrapping ErrNotFound.
+	LeaseTimeToLive(ctx context.Context, leaseID int64) (LeaseTime, error)
+}
+
 // DynamicConfig owns the dynamic config document: the CLI reads and
 // compare-and-swaps it, runners watch it.
 type DynamicConfig interface {
@@ -339,6 +362,7 @@ type RunnerStore interface {
 	Registrar
 	MembershipReader
 	ShardLockReader
+	LeaseReader
 	DynamicConfig
 	Waker
 	WakeWatcher

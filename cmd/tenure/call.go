@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/storage"
 )
 
 const callLong = `Calls the entity (TYPE, ID) wherever it lives and prints its reply: the
@@ -19,6 +21,13 @@ A call that provably did not start (refused by a runner that no longer owns
 the shard, or not sent) is routed again within the timeout; a call whose
 outcome is unknown (the connection broke after sending) is reported, never
 repeated. Durable delivery is ` + "`tenure task submit`" + `.
+
+A call waits for its entity's shard to have an owner, up to its timeout:
+when no runner holds the shard half a second into the call (no runner
+live, or the shard between owners), a warning on stderr says so at once
+rather than when the timeout ends, and the error of a call that then
+times out says it too. It is a warning, not a failure: a runner starting
+meanwhile (tenure dev, a rolling restart) still serves the call.
 
 --send delivers the message without waiting for the handler: it returns
 once the owner has accepted it. -o json prints {"type", "id", "reply",
@@ -98,6 +107,8 @@ func call(ctx context.Context, cli *CLI, pos []string, input, group string, send
 	defer conn.Close()
 	cctx, cancel := context.WithTimeout(ctx, cfg.Call.Timeout.Std())
 	defer cancel()
+	shard := task.ShardOf(conn.Group, conn.Meta.Shards, typ, id, "")
+	stopWatch := watchCallShard(ctx, cli, conn, shard, cfg.Call.Timeout.Std())
 	start := time.Now()
 	var reply []byte
 	if send {
@@ -106,7 +117,11 @@ func call(ctx context.Context, cli *CLI, pos []string, input, group string, send
 		reply, err = conn.client.Call(cctx, typ, id, in)
 	}
 	elapsed := time.Since(start)
+	warned := stopWatch()
 	if err != nil {
+		if warned != "" {
+			return fmt.Errorf("call %s %s: %w (%s)", typ, id, err, warned)
+		}
 		return fmt.Errorf("call %s %s: %w", typ, id, err)
 	}
 	if !asJSON {
@@ -122,4 +137,41 @@ func call(ctx context.Context, cli *CLI, pos []string, input, group string, send
 		out.ReplyText = string(reply)
 	}
 	return writeJSON(cli.Stdout, out)
+}
+
+// callWarnDelay is how long a call runs before the CLI checks that a
+// runner holds its entity's shard: long enough that a call to a healthy
+// cluster is answered first, short enough to say at once why one is not.
+const callWarnDelay = 500 * time.Millisecond
+
+// watchCallShard checks, callWarnDelay into a call, whether a runner holds
+// shard, and warns on stderr when none does. The returned stop ends the
+// check (it returns at once: the check's reads are cancelled) and returns
+// the warning given, if any.
+func watchCallShard(ctx context.Context, cli *CLI, conn *Conn, shard storage.ShardID, timeout time.Duration) (stop func() string) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan string, 1)
+	go func() {
+		warning := ""
+		defer func() { done <- warning }()
+		timer := time.NewTimer(callWarnDelay)
+		defer timer.Stop()
+		select {
+		case <-wctx.Done():
+			return
+		case <-timer.C:
+		}
+		v, err := viewShard(wctx, conn.Etcd, shard)
+		if err != nil || wctx.Err() != nil {
+			return
+		}
+		if msg := v.noRunner(conn.Config.Cluster, shard); msg != "" {
+			warning = strings.Replace(msg, "its shard", "the entity's shard", 1)
+			fmt.Fprintf(cli.Stderr, "warning: %s: the call waits for one, up to its timeout (%s)\n", warning, timeout)
+		}
+	}()
+	return func() string {
+		cancel()
+		return <-done
+	}
 }

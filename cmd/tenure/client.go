@@ -21,7 +21,6 @@ import (
 	"github.com/tenurehq/tenure/internal/bench"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
-	"github.com/tenurehq/tenure/storage/etcd"
 )
 
 // CLI is what every command gets: where to write, the environment, and the
@@ -43,6 +42,8 @@ type CLI struct {
 	// benchBase is the base of `tenure bench`'s options (tests point its
 	// Executable and Infra at a built binary and shared servers).
 	benchBase bench.Options
+	// loaded is the config last loaded, for error hints (nil: none).
+	loaded *loadedConfig
 }
 
 // ConfigEnv names the config file when --config is not given.
@@ -80,7 +81,11 @@ func (c *CLI) loadConfig(overrides []string) (runner.Config, error) {
 	if err != nil {
 		return runner.Config{}, err
 	}
-	return runner.Load(path, environ, overrides)
+	cfg, err := runner.Load(path, environ, overrides)
+	if err == nil {
+		c.loaded = &loadedConfig{path: path, dev: isDevConfig(path, cfg)}
+	}
+	return cfg, err
 }
 
 // configSource returns the config file to load ("" for none) and the
@@ -161,11 +166,6 @@ func (c *CLI) Connect(ctx context.Context, cfg runner.Config, opts ...runner.Cli
 	}
 	return &Conn{EtcdConn: EtcdConn{Config: cfg, Meta: client.Meta(), Etcd: rs}, Objects: client.Store().Objects(),
 		Tasks: client.Client, Group: client.Group(), client: client}, nil
-}
-
-// dialEtcd connects to the configured etcd on the cluster's prefix.
-func (c *CLI) dialEtcd(ctx context.Context, cfg runner.Config) (*etcd.Store, error) {
-	return runner.DialEtcd(ctx, cfg)
 }
 
 // durationFlag is a duration flag that names what it wants when the value
@@ -286,9 +286,16 @@ type runnerState struct {
 	ConfigVersion    *int64
 	ConfigCanary     bool
 	ConfigError      string
-	Version          string
-	Types            []string
-	HasTypes         bool // the runner reported its types
+	ConfigRevision   int64 // etcd revision of the latest document it read (0: none yet)
+	// ReportsRevision: the runner reports ConfigRevision (older ones do not).
+	ReportsRevision bool
+	// StaticConfig is the runner's own lease and dynamic settings, which
+	// `config set` checks a document against (nil from runners that do
+	// not report it).
+	StaticConfig map[string]string
+	Version      string
+	Types        []string
+	HasTypes     bool // the runner reported its types
 	// Singletons are the singletons it runs, as it reports them.
 	Singletons []entity.SingletonStatus
 }
@@ -308,6 +315,10 @@ func decodeRunnerState(b []byte) (runnerState, error) {
 	st.Draining = deref(field[bool](raw, "draining"))
 	st.ConfigCanary = deref(field[bool](raw, "config_canary"))
 	st.ConfigError = deref(field[string](raw, "config_error"))
+	if rev := field[int64](raw, "config_revision"); rev != nil {
+		st.ConfigRevision, st.ReportsRevision = *rev, true
+	}
+	st.StaticConfig = deref(field[map[string]string](raw, "static_config"))
 	st.Version = deref(field[string](raw, "version"))
 	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))
 	if types := field[[]string](raw, "types"); types != nil {

@@ -350,6 +350,27 @@ func TestConnectErrors(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("unreachable etcd took %s to report", d)
 	}
+	if strings.Contains(err.Error(), "tenure dev") {
+		t.Errorf("unreachable etcd of a config that is not tenure dev's suggests it: %v", err)
+	}
+
+	// With the config tenure dev writes, an unreachable S3 is named too,
+	// and the error suggests starting the local cluster.
+	ci := newCLICluster(t, true)
+	b, err := os.ReadFile(ci.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devCfg := filepath.Join(t.TempDir(), "tenure.yaml")
+	if err := os.WriteFile(devCfg, append([]byte(devConfigHeader+": the local cluster's endpoints.\n"), b...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := mainRun(t, []string{"TENURE_S3_ENDPOINT=" + dead}, "--config", devCfg, "task", "list")
+	if code != 1 || !strings.Contains(stderr, "s3 ") || !strings.Contains(stderr, dead) ||
+		!strings.Contains(stderr, "is the local cluster running? start it with `tenure dev` (config "+devCfg+")") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("task list with S3 down and tenure dev's config: exit %d, stderr %q", code, stderr)
+	}
+	t.Logf("S3 down, tenure dev's config: %s", strings.TrimSpace(stderr))
 }
 
 // kubernetesEnv is some of what a Kubernetes Service named "tenure" puts

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
 )
 
 const configLong = `The dynamic config (the etcd key /tenure/<cluster>/config) changes the
@@ -26,9 +28,12 @@ detachment settings of running runners without a restart.
 
 const configGetLong = `Shows the dynamic config document: its version, the base settings every
 runner gets, the canary settings of a change in progress and the percentage
-of runners it reaches, and for every live runner its rollout bucket and
-which layer it gets. -o json prints the document with its etcd "revision"
-and "runners": [{"id", "bucket", "canary"}].
+of runners it reaches, and for every live runner its rollout bucket, which
+layer it gets, the version it runs and, when it refused a document, why
+(from its admin endpoint, GET /debug/status, 1s timeout). -o json prints
+the document with its etcd "revision" and "runners": [{"id", "bucket",
+"canary", "reachable", "config_version", "config_error"}]
+("config_version" null when the runner did not answer).
 `
 
 // configSetLong is completed with the dynamic keys.
@@ -39,16 +44,26 @@ below PCT run it, the others keep the base. Raising PCT only adds runners;
 everyone's base. Without KEY=VALUE, --rollout moves the canary in progress:
 'tenure config set --rollout 100' promotes it, --rollout 0 pauses it.
 
-The document is checked before it is written (unknown key, bad value: an
-error and nothing written) and written with a compare-and-swap on its etcd
-revision, retried when someone else wrote first. Every write increments the
-version, which runners export as tenure_runner_config_version.
+The document is checked before it is written, and nothing is written when
+a check fails (exit status 1, one line naming the key and the rule): on its
+own (unknown key, bad value), then by every live runner's own check on the
+settings it reports (/debug/status "static_config"): a margin that leaves a
+runner's keep-alive no time to renew before its cutoff is refused naming
+the runner and the bound. A runner whose admin endpoint does not answer is
+checked against its lease TTL in etcd with the keep-alive settings that
+follow from it. Runners that start later check the document themselves.
+It is written with a compare-and-swap on its etcd revision, retried when
+someone else wrote first. Every write increments the version, which
+runners export as tenure_runner_config_version. Then it waits up to 3s for
+the runners that answer to apply it, and fails (exit status 1, the document
+stays written) if one refuses it.
 
 Typical rollout: detachment.mode=observe --rollout 10, then 50, then 100;
 later detachment.mode=enforce the same way.
 
 -o json prints what config get -o json prints, after the write: the new
-version, its layers and rollout, and the runners with the layer each gets.
+version, its layers and rollout, and the runners with the layer each gets
+and the version each runs.
 
 keys: `
 
@@ -96,16 +111,26 @@ type ConfigRunner struct {
 	ID     string `json:"id"`
 	Bucket int    `json:"bucket"` // runner.RolloutBucket of its id
 	Canary bool   `json:"canary"` // it gets the canary layer
+	// Reachable: its admin endpoint answered.
+	Reachable bool `json:"reachable"`
+	// ConfigVersion is the version of the document it runs, as it
+	// reports it; null when it did not answer.
+	ConfigVersion *int64 `json:"config_version"`
+	// ConfigError says why it refused the latest document it read, if it
+	// did (it then runs ConfigVersion).
+	ConfigError string `json:"config_error,omitempty"`
+	// StatusError says why it did not answer.
+	StatusError string `json:"status_error,omitempty"`
 }
 
 // configGet runs `tenure config get`.
 func configGet(ctx context.Context, cli *CLI, asJSON bool) error {
-	rs, err := cli.configStore(ctx)
+	cc, err := cli.configConn(ctx)
 	if err != nil {
 		return err
 	}
-	defer rs.Close()
-	cv, err := rs.Config(ctx)
+	defer cc.close()
+	cv, err := cc.rs.Config(ctx)
 	if err != nil {
 		return err
 	}
@@ -115,9 +140,11 @@ func configGet(ctx context.Context, cli *CLI, asJSON bool) error {
 			rep.Error = flatten(err).Error()
 		}
 	}
-	if err := addRunners(ctx, cli, rs, rep); err != nil {
+	live, err := cc.liveRunners(ctx, cli)
+	if err != nil {
 		return err
 	}
+	addRunners(rep, live)
 	if asJSON {
 		return writeJSON(cli.Stdout, rep)
 	}
@@ -149,34 +176,162 @@ func configSet(ctx context.Context, cli *CLI, args []string, rollout int, rollou
 	if err := changeDoc(runner.DynamicDoc{}, kv, rollout, "", time.Time{}).Check(); err != nil {
 		return flatten(err)
 	}
-	rs, err := cli.configStore(ctx)
+	cc, err := cli.configConn(ctx)
 	if err != nil {
 		return err
 	}
-	defer rs.Close()
+	defer cc.close()
+	live, err := cc.liveRunners(ctx, cli)
+	if err != nil {
+		return err
+	}
+	var notes []string
+	check := func(next runner.DynamicDoc) error {
+		var refusals []refusal
+		refusals, notes = checkAgainstRunners(next, live)
+		if len(refusals) > 0 {
+			return refusedError(refusals)
+		}
+		return nil
+	}
 	by := whoAmI(cli.Environ)
-	doc, rev, err := updateConfig(ctx, rs, func(cur runner.DynamicDoc) (runner.DynamicDoc, error) {
+	doc, rev, err := updateConfig(ctx, cc.rs, func(cur runner.DynamicDoc) (runner.DynamicDoc, error) {
 		if len(kv) == 0 && cur.Canary == nil {
 			return cur, fmt.Errorf("set: no canary in progress to move (version %d): give KEY=VALUE to start one", cur.Version)
 		}
 		return changeDoc(cur, kv, rollout, by, time.Now()), nil
-	})
+	}, check)
+	for _, n := range notes {
+		fmt.Fprintln(cli.Stderr, "note: "+n)
+	}
 	if err != nil {
 		return err
 	}
+	live = awaitApplied(ctx, cc.adm, live, rev)
 	rep := &ConfigReport{Revision: rev, DynamicDoc: doc}
-	if err := addRunners(ctx, cli, rs, rep); err != nil {
+	addRunners(rep, live)
+	if asJSON {
+		err = writeJSON(cli.Stdout, rep)
+	} else {
+		fmt.Fprintf(cli.Stdout, "wrote dynamic config version %d\n", doc.Version)
+		printConfig(cli.Stdout, rep)
+	}
+	if err != nil {
 		return err
 	}
-	if asJSON {
-		return writeJSON(cli.Stdout, rep)
-	}
-	fmt.Fprintf(cli.Stdout, "wrote dynamic config version %d\n", doc.Version)
-	printConfig(cli.Stdout, rep)
-	return nil
+	return afterWrite(cli, live, doc.Version, rev)
 }
 
-// configStore is the part of the runner store `config` uses.
+// afterWrite fails when a runner refused the document just written (it
+// checked settings the CLI could not see), and notes the runners that
+// answer but had not read it by the end of the wait.
+func afterWrite(cli *CLI, live []liveRunner, version, rev int64) error {
+	var refused, late []string
+	for _, r := range live {
+		switch {
+		case !r.reachable() || !r.state.ReportsRevision:
+		case r.state.ConfigRevision < rev:
+			late = append(late, r.ID)
+		case r.state.ConfigError != "":
+			refused = append(refused, r.ID+": "+r.state.ConfigError)
+		}
+	}
+	if len(late) > 0 {
+		fmt.Fprintf(cli.Stderr, "note: %s had not read version %d after %s\n", strings.Join(late, ", "), version, configApplyWait)
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return fmt.Errorf("wrote version %d, but %d runner(s) refuse it and keep their settings: %s", version, len(refused), strings.Join(refused, "; "))
+}
+
+// configApplyWait bounds how long `config set` waits for the runners that
+// answer to read the version it wrote. They watch the key, so a healthy
+// runner reads it within milliseconds.
+const configApplyWait = 3 * time.Second
+
+// awaitApplied polls the reachable runners until each has read the
+// document at etcd revision rev (applied or refused) or configApplyWait
+// has passed, and returns the runners with their latest states.
+func awaitApplied(ctx context.Context, adm *admin, live []liveRunner, rev int64) []liveRunner {
+	ctx, cancel := context.WithTimeout(ctx, configApplyWait)
+	defer cancel()
+	live = slices.Clone(live)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting []int
+		var infos []storage.RunnerInfo
+		for i, r := range live {
+			// A runner too old to report what it read is not waited for.
+			if r.reachable() && r.state.ReportsRevision && r.state.ConfigRevision < rev {
+				waiting = append(waiting, i)
+				infos = append(infos, r.RunnerInfo)
+			}
+		}
+		if len(waiting) == 0 {
+			return live
+		}
+		select {
+		case <-ctx.Done():
+			return live
+		case <-tick.C:
+		}
+		states, errs := adm.runnerStates(ctx, infos)
+		for j, i := range waiting {
+			// One gone meanwhile keeps what it said before.
+			if errs[j] == nil {
+				live[i].state = states[j]
+			}
+		}
+	}
+}
+
+// configConn is what `config` works with: the cluster's etcd, and the
+// runners' admin endpoints.
+type configConn struct {
+	rs  *etcd.Store
+	adm *admin
+}
+
+func (c *configConn) close() {
+	c.adm.close()
+	c.rs.Close()
+}
+
+// configConn connects to the cluster's etcd only: `config` needs neither
+// S3 nor an initialised cluster (the rollout can be staged before the
+// first runner starts).
+func (c *CLI) configConn(ctx context.Context) (*configConn, error) {
+	cfg, err := c.LoadEtcdConfig()
+	if err != nil {
+		return nil, flatten(err)
+	}
+	adm, err := newAdmin(c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := c.dialEtcd(ctx, cfg)
+	if err != nil {
+		adm.close()
+		return nil, flatten(err)
+	}
+	return &configConn{rs: rs, adm: adm}, nil
+}
+
+// liveRunners lists the live runners and asks each for its state.
+func (c *configConn) liveRunners(ctx context.Context, cli *CLI) ([]liveRunner, error) {
+	runners, _, err := c.rs.Runners(ctx)
+	if err != nil {
+		if !errors.Is(err, storage.ErrCorrupt) {
+			return nil, err
+		}
+		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
+	}
+	return gatherRunners(ctx, c.adm, c.rs, runners), nil
+}
+
+// configStore is the part of the runner store `config set` writes with.
 type configStore interface {
 	Config(ctx context.Context) (storage.ConfigValue, error)
 	PutConfig(ctx context.Context, value []byte, prevRevision int64) (int64, error)
@@ -185,8 +340,10 @@ type configStore interface {
 // updateConfig applies change to the stored document (version 0 when
 // absent) and writes the result if the document has not changed since it
 // was read, re-reading and retrying up to configCASTries times otherwise.
-// The result is checked before it is written.
-func updateConfig(ctx context.Context, st configStore, change func(runner.DynamicDoc) (runner.DynamicDoc, error)) (runner.DynamicDoc, int64, error) {
+// The result is checked before it is written: on its own, then by check
+// (nil: none), the live runners' own check.
+func updateConfig(ctx context.Context, st configStore, change func(runner.DynamicDoc) (runner.DynamicDoc, error),
+	check func(runner.DynamicDoc) error) (runner.DynamicDoc, int64, error) {
 	var lost error
 	for range configCASTries {
 		cv, err := st.Config(ctx)
@@ -208,6 +365,11 @@ func updateConfig(ctx context.Context, st configStore, change func(runner.Dynami
 		}
 		if err := next.Check(); err != nil {
 			return runner.DynamicDoc{}, 0, flatten(fmt.Errorf("set: version %d would be invalid; nothing written: %w", next.Version, err))
+		}
+		if check != nil {
+			if err := check(next); err != nil {
+				return runner.DynamicDoc{}, 0, fmt.Errorf("set: %w", err)
+			}
 		}
 		b, err := json.Marshal(next)
 		if err != nil {
@@ -252,43 +414,20 @@ func mergeLayers(layers ...map[string]string) map[string]string {
 	return out
 }
 
-// configStore connects to the cluster's etcd only: `config` needs neither
-// S3 nor an initialised cluster (the rollout can be staged before the
-// first runner starts).
-func (c *CLI) configStore(ctx context.Context) (interface {
-	configStore
-	Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error)
-	Close() error
-}, error) {
-	cfg, err := c.LoadEtcdConfig()
-	if err != nil {
-		return nil, flatten(err)
-	}
-	rs, err := c.dialEtcd(ctx, cfg)
-	if err != nil {
-		return nil, flatten(err)
-	}
-	return rs, nil
-}
-
-// addRunners lists the live runners and the layer each gets.
-func addRunners(ctx context.Context, cli *CLI, rs interface {
-	Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error)
-}, rep *ConfigReport) error {
-	runners, _, err := rs.Runners(ctx)
-	if err != nil {
-		if !errors.Is(err, storage.ErrCorrupt) {
-			return err
-		}
-		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
-	}
+// addRunners adds the live runners to rep: the layer each gets, and the
+// version it runs as it reports it.
+func addRunners(rep *ConfigReport, live []liveRunner) {
 	rep.Runners = []ConfigRunner{}
-	for _, r := range runners {
+	for _, r := range live {
 		_, canary := rep.For(r.ID)
-		rep.Runners = append(rep.Runners, ConfigRunner{ID: r.ID, Bucket: runner.RolloutBucket(r.ID), Canary: canary})
+		cr := ConfigRunner{ID: r.ID, Bucket: runner.RolloutBucket(r.ID), Canary: canary, Reachable: r.reachable()}
+		if r.reachable() {
+			cr.ConfigVersion, cr.ConfigError = r.state.ConfigVersion, r.state.ConfigError
+		} else {
+			cr.StatusError = r.adminErr.Error()
+		}
+		rep.Runners = append(rep.Runners, cr)
 	}
-	slices.SortFunc(rep.Runners, func(a, b ConfigRunner) int { return strings.Compare(a.ID, b.ID) })
-	return nil
 }
 
 func printConfig(w io.Writer, rep *ConfigReport) {
@@ -321,13 +460,22 @@ func printConfig(w io.Writer, rep *ConfigReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUNNER\tBUCKET\tGETS")
+	fmt.Fprintln(tw, "RUNNER\tBUCKET\tGETS\tRUNS\tNOTE")
 	for _, r := range rep.Runners {
-		gets := "base"
+		gets, runs, note := "base", "unknown", ""
 		if r.Canary {
 			gets = "canary"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", r.ID, r.Bucket, gets)
+		if r.ConfigVersion != nil {
+			runs = "version " + strconv.FormatInt(*r.ConfigVersion, 10)
+		}
+		switch {
+		case r.ConfigError != "":
+			note = "refused: " + r.ConfigError
+		case !r.Reachable:
+			note = "admin unreachable: " + r.StatusError
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.ID, r.Bucket, gets, runs, note)
 	}
 	tw.Flush()
 }

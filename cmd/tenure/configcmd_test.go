@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,8 +90,23 @@ func TestConfigGetSet(t *testing.T) {
 			t.Errorf("config set %q succeeded", args)
 		}
 	}
-	if rep := getConfig(t, c); rep.Version != 3 {
+	// These runners do not answer (no admin address): they are checked
+	// against their lease TTL in etcd (10s), with the keep-alive settings
+	// that follow from it, which leave a 9s margin no time.
+	_, _, err = c.run(ConfigSet, "detachment.margin=9s")
+	assertOneLine(t, "a margin the runners' leases leave no room for", err, "detachment.margin: 9s is too large for lease.ttl 10s: must be below 5s")
+	if err != nil && (!strings.Contains(err.Error(), "refused, nothing written: runner "+slices.Min(ids)+" refuses dynamic config version 4") ||
+		!strings.Contains(err.Error(), "did not answer: checked against its lease TTL 10s") || !strings.Contains(err.Error(), "3 other runner(s) refuse it too")) {
+		t.Errorf("refusal by unreachable runners: %v", err)
+	}
+	rep = getConfig(t, c)
+	if rep.Version != 3 {
 		t.Errorf("refused changes moved the version to %d", rep.Version)
+	}
+	for _, r := range rep.Runners {
+		if r.Reachable || r.ConfigVersion != nil || r.StatusError == "" {
+			t.Errorf("runner %s without an admin address: %+v", r.ID, r)
+		}
 	}
 
 	// A later base change keeps the earlier ones.
@@ -155,7 +171,7 @@ func TestConfigSetCompareAndSwap(t *testing.T) {
 	}
 
 	// Two lost races: the third try lands on top of both other writes.
-	doc, rev, err := updateConfig(ctx, &racingStore{configStore: c.etcd, t: t, races: 2}, set)
+	doc, rev, err := updateConfig(ctx, &racingStore{configStore: c.etcd, t: t, races: 2}, set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +184,7 @@ func TestConfigSetCompareAndSwap(t *testing.T) {
 
 	// Losing every race gives up with a clear error, after configCASTries.
 	rs := &racingStore{configStore: c.etcd, t: t, races: 1000}
-	_, _, err = updateConfig(ctx, rs, set)
+	_, _, err = updateConfig(ctx, rs, set, nil)
 	assertOneLine(t, "always losing", err, "kept changing")
 	if !errors.Is(err, storage.ErrPrecondition) || rs.n != configCASTries {
 		t.Errorf("always losing: err = %v after %d tries, want ErrPrecondition after %d", err, rs.n, configCASTries)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/tenurehq/tenure/internal/embedded"
 	"github.com/tenurehq/tenure/runner"
+	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage"
 )
 
 // DevDir is where `tenure dev` keeps its state and config by default, and
@@ -50,7 +53,9 @@ It writes a config file (default ./.tenure-dev/tenure.yaml, else
 the same directory (elsewhere: --config FILE or TENURE_CONFIG=FILE), so that
 ` + "`tenure status`" + ` and ` + "`tenure task submit echo --input '{\"x\":1}' --wait`" + ` work with no
 flags. Ctrl-C stops it cleanly; the data under --data survives a restart.
---runners 0 starts the infrastructure only, for ` + "`tenure run`" + ` processes.
+--runners 0 starts the infrastructure only, for ` + "`tenure run`" + ` processes; it
+writes the cluster meta (64 shards, group default) as the first runner
+would, so that tasks can be submitted before one starts.
 
 The config holds a random admin token (admin.token, kept across restarts of
 the same --data): the runners require it on their mutating admin endpoints
@@ -150,6 +155,9 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 	}
 	base := devConfig(etcdSrv.Endpoint(), s3Srv)
 	base.Admin.Token = token
+	if err := initDevMeta(ctx, base); err != nil {
+		return err
+	}
 	if err := writeDevConfig(cfgPath, base); err != nil {
 		return err
 	}
@@ -246,6 +254,28 @@ func devToken(path string) (string, error) {
 		return "", fmt.Errorf("generating the admin token: %w", err)
 	}
 	return hex.EncodeToString(key), nil
+}
+
+// initDevMeta writes the dev cluster's meta unless it is there, as its
+// first runner would: with --runners 0, the task and call commands then
+// work (submitted tasks wait for a runner, and a wait on them says no
+// runner took them) before the first `tenure run`, whose config is the
+// same file. A meta already there (an earlier start, an older procedure)
+// is left for the runners to check.
+func initDevMeta(ctx context.Context, cfg runner.Config) error {
+	rs, err := runner.DialEtcd(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	if _, err := rs.Meta(ctx); !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	_, err = rs.EnsureMeta(ctx, storage.ClusterMeta{Shards: cfg.Shards, Groups: slices.Sorted(slices.Values(cfg.ShardGroups)), Hash: sharding.HashName})
+	if err != nil {
+		return fmt.Errorf("writing the dev cluster's meta: %w", err)
+	}
+	return nil
 }
 
 // devConfig is the config the dev cluster's runners and clients share.

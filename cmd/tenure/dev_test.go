@@ -62,11 +62,15 @@ func startDev(t *testing.T, data string, addrs []string, extra ...string) *devPr
 		_, err := os.Stat(cfgPath)
 		return err == nil
 	})
-	// Its runner writes the cluster meta when it starts, the first time.
-	testenv.WaitFor(t, "tenure dev's cluster is initialised", 60*time.Second, func() bool {
-		_, _, err := runCmd(t, cfgPath, Status)
-		return err == nil
+	// It writes the cluster meta before its runners start: wait for the
+	// line that says they are ready.
+	testenv.WaitFor(t, "tenure dev's runners are ready", 60*time.Second, func() bool {
+		out := d.stdout.String()
+		return strings.Contains(out, "Ctrl-C to stop.") || strings.Contains(out, `{"event":"ready"`)
 	})
+	if _, _, err := runCmd(t, cfgPath, Status); err != nil {
+		t.Fatalf("status of a ready tenure dev: %v", err)
+	}
 	return d
 }
 

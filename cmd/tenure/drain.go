@@ -22,7 +22,7 @@ new owner starts them at once. The runner stays up, owning nothing.
 
 Then it waits up to --wait until the runner holds no shard lock in etcd
 and reports owning none, and fails naming what is left if it still owns
-shards then. --wait 0 only asks. -o json prints {"runner", "shards_moved",
+shards then (exit status 3: the drain goes on). --wait 0 only asks. -o json prints {"runner", "shards_moved",
 "shards_left", "drained", "waited_seconds"} (also when the wait ran out).
 `
 
@@ -154,8 +154,8 @@ func drain(ctx context.Context, cli *CLI, id string, wait time.Duration, asJSON 
 			if err := done(); err != nil {
 				return err
 			}
-			return fmt.Errorf("runner %s still holds %d shard lock(s) after %s (%s); its admin reports %d owned",
-				id, len(left), wait, abbrevList(left, 10), reported)
+			return timedOutError{fmt.Errorf("runner %s still holds %d shard lock(s) after %s (%s); its admin reports %d owned",
+				id, len(left), wait, abbrevList(left, 10), reported)}
 		case <-tick.C:
 		}
 	}

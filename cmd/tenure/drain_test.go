@@ -69,6 +69,12 @@ func TestRunnersEndToEnd(t *testing.T) {
 		set.Version != 1 || set.Base["detachment.mode"] != "observe" || len(set.Runners) != 2 {
 		t.Errorf("config set -o json: %+v (%v), want version 1 with the base and both runners", set, err)
 	}
+	// set waits until the runners that answer have read what it wrote.
+	for _, r := range set.Runners {
+		if !r.Reachable || r.ConfigVersion == nil || *r.ConfigVersion != 1 || r.ConfigError != "" {
+			t.Errorf("config set -o json, runner %+v: want it running version 1", r)
+		}
+	}
 	waitUntil(t, "both runners in observe mode on config version 1", 20*time.Second, func() bool {
 		rep = getStatus(t, c)
 		for _, r := range rep.Runners {
@@ -78,6 +84,66 @@ func TestRunnersEndToEnd(t *testing.T) {
 		}
 		return rep.ConfigVersion == 1 && len(rep.Runners) == 2
 	})
+
+	// A margin the runners' lease (2s TTL: a keep-alive every 667ms,
+	// allowed 333ms) leaves no room for is refused before anything is
+	// written, naming a runner, the key and the bound, as the runners
+	// would refuse it.
+	_, _, err = c.run(ConfigSet, "detachment.margin=1500ms")
+	assertOneLine(t, "config set of a margin the runners refuse", err,
+		"refused, nothing written: runner r1 refuses dynamic config version 2 (its base layer): detachment.margin: 1.5s is too large for lease.ttl 2s: must be below 1s")
+	if code := exitCode(err); code != 1 {
+		t.Errorf("refused config set: exit %d, want 1", code)
+	}
+	if err != nil && !strings.Contains(err.Error(), "1 other runner(s) refuse it too: r2") {
+		t.Errorf("refused config set does not name the other runner: %v", err)
+	}
+	if rep := getConfig(t, c); rep.Version != 1 {
+		t.Errorf("a refused change moved the version to %d", rep.Version)
+	}
+	// Written behind the CLI's back, the runners refuse it; status and
+	// config get say so, per runner.
+	cv, err := c.etcd.Config(testCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.etcd.PutConfig(testCtx(t, 10*time.Second), []byte(`{"version":2,"base":{"detachment.mode":"observe","detachment.margin":"1500ms"},"rollout":100}`), cv.Revision); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "both runners to refuse version 2", 20*time.Second, func() bool {
+		rep = getStatus(t, c)
+		for _, r := range rep.Runners {
+			if r.ConfigError == "" || r.ConfigVersion == nil || *r.ConfigVersion != 1 {
+				return false
+			}
+		}
+		return rep.ConfigVersion == 2 && len(rep.Runners) == 2
+	})
+	if r1 := findRunner(rep, "r1"); r1 == nil || !strings.Contains(r1.ConfigError, "runner r1 refuses dynamic config version 2") ||
+		!strings.Contains(r1.ConfigError, "detachment.margin") {
+		t.Errorf("status of r1: %+v", r1)
+	}
+	if out := c.mustRun(Status); !strings.Contains(out, "refused dynamic config: revision") {
+		t.Errorf("human status does not show the refusal:\n%s", out)
+	}
+	got := getConfig(t, c)
+	for _, r := range got.Runners {
+		if !r.Reachable || r.ConfigVersion == nil || *r.ConfigVersion != 1 || !strings.Contains(r.ConfigError, "refuses dynamic config version 2") {
+			t.Errorf("config get, runner %+v", r)
+		}
+	}
+	if out := c.mustRun(ConfigGet); !strings.Contains(out, "version 1") || !strings.Contains(out, "refused: revision") {
+		t.Errorf("config get does not show what each runner runs:\n%s", out)
+	}
+	// A valid change replaces it; set waits until the runners run it.
+	if err := json.Unmarshal([]byte(c.mustRun(ConfigSet, "detachment.margin=500ms", "-o", "json")), &set); err != nil || set.Version != 3 {
+		t.Fatalf("config set of a valid margin: %+v, %v", set, err)
+	}
+	for _, r := range set.Runners {
+		if !r.Reachable || r.ConfigVersion == nil || *r.ConfigVersion != 3 || r.ConfigError != "" {
+			t.Errorf("after config set, runner %+v, want it on version 3", r)
+		}
+	}
 
 	// drain moves every shard of r1 to r2 and returns once r1 owns none.
 	out = c.mustRun(Drain, "r1", "--wait", "20s")

@@ -44,6 +44,7 @@ func (c *CLI) LoadEtcdConfig() (runner.Config, error) {
 		return runner.Config{}, err
 	}
 	cfg.S3.Bucket = ""
+	c.loaded = &loadedConfig{path: path, dev: isDevConfig(path, cfg)}
 	c.warnUnknownEnv(cfg)
 	return cfg, nil
 }

@@ -18,7 +18,9 @@ The config file is --config, else $TENURE_CONFIG, else
 ./.tenure-dev/tenure.yaml (written by ` + "`tenure dev`" + `); TENURE_* variables
 naming config keys override it. Exit status: 0 success, 1 failure (one line
 on stderr), 2 usage error (unknown command or flag, bad flag value, wrong
-arguments).`
+arguments), 3 a wait ran out before what it waited for happened (task
+submit --wait-timeout, drain --wait; one line on stderr saying where
+things stand).`
 
 // usageTemplate puts the usage line first, so that `tenure run --help |
 // head` shows it, then the description, the subcommands and the flags.
@@ -46,6 +48,17 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// exitTimedOut is the exit status of a command whose wait ran out before
+// what it waited for happened: distinct from a failure (1), so that a
+// script can tell "not yet" from "went wrong".
+const exitTimedOut = 3
+
+// timedOutError is a wait that ran out: Main exits exitTimedOut for it.
+type timedOutError struct{ err error }
+
+func (e timedOutError) Error() string { return e.err.Error() }
+func (e timedOutError) Unwrap() error { return e.err }
+
 // usagef returns a usage error.
 func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
@@ -53,9 +66,11 @@ func usagef(format string, args ...any) error {
 
 // Main runs the command line args and returns the exit status: 0, 1 for a
 // failure (one line on stderr), 2 for a usage error (one line naming the
-// command; the usage alone when no command is given).
+// command; the usage alone when no command is given), 3 for a wait that
+// ran out (one line).
 func Main(ctx context.Context, cli *CLI, args []string) int {
 	cmd, err := execute(ctx, cli, args)
+	err = cli.withDevHint(err)
 	code := exitCode(err)
 	name := "tenure"
 	if cmd != nil {
@@ -72,14 +87,17 @@ func Main(ctx context.Context, cli *CLI, args []string) int {
 }
 
 // exitCode is the exit status of a command's error: 0 for none, 2 for a
-// usage error, else 1.
+// usage error, 3 for a wait that ran out, else 1.
 func exitCode(err error) int {
 	var ue usageError
+	var te timedOutError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
 		return 2
+	case errors.As(err, &te):
+		return exitTimedOut
 	}
 	return 1
 }

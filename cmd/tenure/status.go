@@ -20,12 +20,21 @@ import (
 
 const statusLong = `Shows the cluster: its shape (shards per group, groups), the dynamic config
 version, every live runner (id, admin address, weight, attached, shards
-owned, lease deadline lag, detachment mode) and how many shards are owned.
+owned, lease deadline lag, detachment mode, the dynamic config version it
+runs and why it refused a newer one) and who holds the shards.
 
-Ownership counts come from the shard locks in etcd, which are
-authoritative. Attachment, lag and mode come from each runner's admin
-endpoint (GET /debug/status, 1s timeout); an unreachable runner shows them
-as unknown (null in JSON) and is not an error.
+Ownership comes from the shard locks in etcd, which are authoritative.
+Attachment, lag, mode and config come from each runner's admin endpoint
+(GET /debug/status, 1s timeout); an unreachable runner shows them as
+unknown (null in JSON) and is not an error. A runner that does not answer
+but whose lease is alive (killed, hung, or cut off from this machine)
+still holds its shard locks: its shards are counted as held by an
+unreachable runner, with the most time its lease has left (etcd's lease
+TTL, counted in whole seconds: an upper bound). No other runner takes
+them before that lease ends, unless the runner renews it. The summary
+line reads, for instance:
+
+  64 shards: 41 owned, 23 held by unreachable runners (lease ends in ≤ 8s), 0 unowned
 
 -o json prints one object, stable across versions (fields may be added,
 none renamed or removed):
@@ -48,14 +57,19 @@ none renamed or removed):
       "detach_reason": "",          why it is detached, if it is
       "draining": false,
       "config_version": 3,          dynamic config version it runs (null: unknown)
+      "config_error": "…",          why it refused the latest document, if it did
       "reachable": true,            its admin endpoint answered
-      "status_error": "…"           why not, when unreachable
+      "status_error": "…",          why not, when unreachable
+      "lease_expires_within_seconds": 8    when unreachable: the most time its
+                                    lease has left (0: ended; null: reachable,
+                                    or unknown)
     }],
     "singletons": [{                where each singleton runs, by type
       "type": "leader", "runner": "r1", "shard": "default/5",
       "running": true, "since": "…", "restarts": 0
     }],
     "shards_owned": 64,             shards with a lock
+    "shards_held_unreachable": 0,   of those, held by unreachable runners
     "shards_unowned": 0             shards × groups − shards_owned
   }
 `
@@ -74,6 +88,11 @@ type StatusReport struct {
 	Runners       []RunnerReport `json:"runners"` // sorted by id
 	ShardsOwned   int            `json:"shards_owned"`
 	ShardsUnowned int            `json:"shards_unowned"` // Shards × len(Groups) − ShardsOwned
+	// ShardsHeldUnreachable counts the shards of ShardsOwned whose holder
+	// did not answer its admin endpoint: a runner killed, hung or cut off
+	// whose lease has not ended. Nobody runs their work until the lease
+	// ends (see RunnerReport.LeaseExpiresWithinSeconds) or it answers.
+	ShardsHeldUnreachable int `json:"shards_held_unreachable"`
 	// Singletons lists where each singleton runs, as the runners running
 	// them report it (a singleton between owners, or on an unreachable
 	// runner, is missing), sorted by type.
@@ -109,8 +128,16 @@ type RunnerReport struct {
 	// Draining: the runner is handing its shards over (or has weight 0).
 	Draining      bool   `json:"draining"`
 	ConfigVersion *int64 `json:"config_version"`
-	Reachable     bool   `json:"reachable"`
-	StatusError   string `json:"status_error,omitempty"`
+	// ConfigError says why it refused the latest dynamic config document
+	// it read, if it did: it runs ConfigVersion instead.
+	ConfigError string `json:"config_error,omitempty"`
+	Reachable   bool   `json:"reachable"`
+	StatusError string `json:"status_error,omitempty"`
+	// LeaseExpiresWithinSeconds is, for a runner that did not answer, the
+	// most time its etcd lease has left unless renewed (etcd counts whole
+	// seconds: an upper bound; 0: it has ended). Its shard locks end with
+	// it. Null for a runner that answered, or when etcd did not say.
+	LeaseExpiresWithinSeconds *float64 `json:"lease_expires_within_seconds"`
 }
 
 func newStatusCmd(cli *CLI) *cobra.Command {
@@ -200,17 +227,20 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 	}
 	rep.ShardsUnowned = conn.Meta.Shards*len(conn.Meta.Groups) - rep.ShardsOwned
 
-	slices.SortFunc(runners, func(a, b storage.RunnerInfo) int { return strings.Compare(a.ID, b.ID) })
-	states, errs := adm.runnerStates(ctx, runners)
-	for i, r := range runners {
+	for _, r := range gatherRunners(ctx, adm, conn.Etcd, runners) {
 		rr := RunnerReport{ID: r.ID, Addr: r.Addr, Weight: r.Weight, Version: r.Version, Owned: owned[r.ID], Draining: r.Weight == 0}
-		if errs[i] != nil {
-			rr.StatusError = errs[i].Error()
+		if !r.reachable() {
+			rr.StatusError = r.adminErr.Error()
+			rep.ShardsHeldUnreachable += rr.Owned
+			if left, ok := r.leaseLeft(); ok {
+				secs := left.Seconds()
+				rr.LeaseExpiresWithinSeconds = &secs
+			}
 		} else {
-			st := states[i]
+			st := r.state
 			rr.Reachable = true
 			rr.Attached, rr.LeaseDeadlineLagSeconds = st.Attached, st.LeaseDeadlineLag
-			rr.Mode, rr.DetachReason, rr.ConfigVersion = st.Mode, st.DetachReason, st.ConfigVersion
+			rr.Mode, rr.DetachReason, rr.ConfigVersion, rr.ConfigError = st.Mode, st.DetachReason, st.ConfigVersion, st.ConfigError
 			rr.Draining = rr.Draining || st.Draining
 			for _, s := range st.Singletons {
 				rep.Singletons = append(rep.Singletons, SingletonReport{Type: s.Type, Runner: r.ID, Shard: s.Shard,
@@ -235,7 +265,8 @@ func printStatus(w io.Writer, rep *StatusReport) {
 	if rep.ConfigError != "" {
 		fmt.Fprintf(w, "  the stored dynamic config is invalid (runners ignore it): %s\n", rep.ConfigError)
 	}
-	fmt.Fprintf(w, "shards: %d owned, %d unowned\n\n", rep.ShardsOwned, rep.ShardsUnowned)
+	fmt.Fprintln(w, shardSummary(rep))
+	fmt.Fprintln(w)
 	if len(rep.Runners) == 0 {
 		fmt.Fprintln(w, "no live runners")
 		return
@@ -266,8 +297,15 @@ func printStatus(w io.Writer, rep *StatusReport) {
 		if r.Draining {
 			notes = append(notes, "draining")
 		}
+		if r.ConfigError != "" {
+			notes = append(notes, "refused dynamic config: "+r.ConfigError)
+		}
 		if r.StatusError != "" {
-			notes = append(notes, "admin unreachable: "+r.StatusError)
+			note := "admin unreachable: " + r.StatusError
+			if r.LeaseExpiresWithinSeconds != nil {
+				note += "; " + leaseEnds(*r.LeaseExpiresWithinSeconds)
+			}
+			notes = append(notes, note)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Addr),
 			strconv.FormatFloat(r.Weight, 'g', -1, 64), attached, r.Owned, lag, mode, config, strings.Join(notes, "; "))
@@ -288,6 +326,41 @@ func printStatus(w io.Writer, rep *StatusReport) {
 			s.Since.UTC().Format(time.RFC3339), s.Restarts)
 	}
 	tw.Flush()
+}
+
+// shardSummary is the status line on the shards: owned by runners that
+// answer, held by runners that do not (and when their leases end at the
+// latest), unowned.
+func shardSummary(rep *StatusReport) string {
+	total := rep.Shards * len(rep.Groups)
+	if rep.ShardsHeldUnreachable == 0 {
+		return fmt.Sprintf("%d shards: %d owned, %d unowned", total, rep.ShardsOwned, rep.ShardsUnowned)
+	}
+	latest, known := 0.0, true
+	for _, r := range rep.Runners {
+		if r.Reachable || r.Owned == 0 {
+			continue
+		}
+		if r.LeaseExpiresWithinSeconds == nil {
+			known = false
+			continue
+		}
+		latest = max(latest, *r.LeaseExpiresWithinSeconds)
+	}
+	lease := "lease time unknown"
+	if known {
+		lease = leaseEnds(latest)
+	}
+	return fmt.Sprintf("%d shards: %d owned, %d held by unreachable runners (%s), %d unowned",
+		total, rep.ShardsOwned-rep.ShardsHeldUnreachable, rep.ShardsHeldUnreachable, lease, rep.ShardsUnowned)
+}
+
+// leaseEnds says when a lease ends at the latest.
+func leaseEnds(seconds float64) string {
+	if seconds <= 0 {
+		return "lease ended"
+	}
+	return "lease ends in ≤ " + strconv.FormatFloat(seconds, 'f', -1, 64) + "s"
 }
 
 func orDash(s string) string {

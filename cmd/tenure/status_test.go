@@ -46,7 +46,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 		rep.ShardsOwned != 0 || rep.ShardsUnowned != cliShards || rep.Runners == nil || len(rep.Runners) != 0 || rep.ConfigVersion != 0 {
 		t.Errorf("idle cluster: %+v", rep)
 	}
-	if out := c.mustRun(Status); !strings.Contains(out, "no live runners") || !strings.Contains(out, fmt.Sprintf("0 owned, %d unowned", cliShards)) {
+	if out := c.mustRun(Status); !strings.Contains(out, "no live runners") || !strings.Contains(out, fmt.Sprintf("%d shards: 0 owned, %d unowned", cliShards, cliShards)) {
 		t.Errorf("idle cluster, human output:\n%s", out)
 	}
 
@@ -95,28 +95,32 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("status with an unreachable runner took %s", d)
 	}
-	if rep.ShardsOwned != 3 || rep.ShardsUnowned != cliShards-3 || len(rep.Runners) != 2 {
+	if rep.ShardsOwned != 3 || rep.ShardsUnowned != cliShards-3 || rep.ShardsHeldUnreachable != 3 || len(rep.Runners) != 2 {
 		t.Fatalf("with ghost: %+v", rep)
 	}
 	g := findRunner(rep, "ghost")
 	if g == nil || g.Attached != nil || g.LeaseDeadlineLagSeconds != nil || g.Reachable || g.StatusError == "" ||
-		g.Owned != 3 || !g.Draining || g.Addr != dead || g.Version != "v9" || g.Mode != "" {
+		g.Owned != 3 || !g.Draining || g.Addr != dead || g.Version != "v9" || g.Mode != "" ||
+		g.LeaseExpiresWithinSeconds == nil || *g.LeaseExpiresWithinSeconds <= 0 || *g.LeaseExpiresWithinSeconds > 11 {
 		t.Errorf("ghost: %+v", g)
 	}
 	o := findRunner(rep, "odd")
-	if o == nil || o.Attached == nil || !*o.Attached || o.LeaseDeadlineLagSeconds == nil || *o.LeaseDeadlineLagSeconds != 4.5 ||
+	if o == nil || o.Attached == nil || !*o.Attached || o.LeaseDeadlineLagSeconds == nil || *o.LeaseDeadlineLagSeconds != 4.5 || o.LeaseExpiresWithinSeconds != nil ||
 		o.Mode != "observe" || o.ConfigVersion == nil || *o.ConfigVersion != 2 || o.Owned != 0 || !o.Reachable || o.Draining || o.Weight != 2 {
 		t.Errorf("odd: %+v", o)
 	}
 	// The JSON keeps nulls for what is unknown (the schema promises them).
 	raw := c.mustRun(Status, "--json")
-	for _, want := range []string{`"attached": null`, `"lease_deadline_lag_seconds": null`, `"shards_unowned": 5`} {
+	for _, want := range []string{`"attached": null`, `"lease_deadline_lag_seconds": null`, `"shards_unowned": 5`, `"shards_held_unreachable": 3`} {
 		if !strings.Contains(raw, want) {
 			t.Errorf("status --json lacks %s:\n%s", want, raw)
 		}
 	}
 	out := c.mustRun(Status)
-	for _, want := range []string{"ghost", "unknown", "admin unreachable", "draining", "odd", "4.5s", "observe", "3 owned, 5 unowned"} {
+	// The summary does not count the ghost's shards as owned: nobody runs
+	// their work until its lease ends.
+	for _, want := range []string{"ghost", "unknown", "admin unreachable", "draining", "odd", "4.5s", "observe",
+		"8 shards: 0 owned, 3 held by unreachable runners (lease ends in ≤ ", "s), 5 unowned"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("human status lacks %q:\n%s", want, out)
 		}
@@ -135,6 +139,9 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	start = time.Now()
 	_, _, err = c.run(Drain, "odd", "--wait", "300ms")
 	assertOneLine(t, "drain that does not finish", err, "runner odd still holds 2 shard lock(s) after 300ms (default/3, default/4)")
+	if code := exitCode(err); code != exitTimedOut {
+		t.Errorf("drain whose --wait ran out: exit %d, want %d", code, exitTimedOut)
+	}
 	if d := time.Since(start); d < 300*time.Millisecond || d > 10*time.Second {
 		t.Errorf("drain --wait 300ms returned after %s", d)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -31,9 +32,20 @@ reports a handler for TYPE: the task then waits until one does.
 --input takes JSON, or @FILE to read it from a file. --id makes the submit
 idempotent: the same id, type, entity and input give back the existing task.
 --wait waits until the task is completed, failed or cancelled and prints
-it; the exit status is then 1 unless it completed. -o json prints the task
-as JSON, with its "ref".
+it; the exit status is then 1 unless it completed. The wait is bounded by
+--wait-timeout (default 10m, twice a default attempt's timeout; 0 waits
+for ever; giving it implies --wait): when it runs out, the task is printed
+as it stands and the command exits with status 3, saying whether the task
+is pending or running and, while pending, why no runner took it (no runner
+live, none holding its shard). The task stays submitted. -o json prints
+the task as JSON, with its "ref".
 `
+
+// defaultWaitTimeout bounds submit --wait unless --wait-timeout says
+// otherwise: twice a default attempt's timeout (5m), so that a task that
+// runs one default attempt to its end is waited for, while a wait that
+// cannot end (no runner, a task that never starts) does not hang a script.
+const defaultWaitTimeout = 10 * time.Minute
 
 // refLong is the help of a command taking one task ref.
 func refLong(what string) string {
@@ -77,10 +89,11 @@ type submitFlags struct {
 	delay, timeout           durationFlag
 	maxAttempts              int
 	wait                     bool
+	waitTimeout              durationFlag
 }
 
 func newSubmitCmd(cli *CLI) *cobra.Command {
-	var f submitFlags
+	f := submitFlags{waitTimeout: durationFlag{d: defaultWaitTimeout, set: true}}
 	cmd := &cobra.Command{
 		Use:   "submit TYPE",
 		Short: "submit a task",
@@ -95,6 +108,7 @@ func newSubmitCmd(cli *CLI) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.wait = f.wait || flagChanged(cmd.Flags(), "wait-timeout")
 			return taskSubmit(cmd.Context(), cli, args[0], f, cli.wantJSON(cmd))
 		},
 	}
@@ -107,6 +121,7 @@ func newSubmitCmd(cli *CLI) *cobra.Command {
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before the task fails (default 5)")
 	fs.StringVar(&f.group, "group", "", "shard group (default: \"default\", else the cluster's first)")
 	fs.BoolVar(&f.wait, "wait", false, "wait until the task is completed, failed or cancelled")
+	fs.Var(&f.waitTimeout, "wait-timeout", "wait at most `D` (implies --wait; 0: for ever); when it runs out, exit 3")
 	addJSONAlias(cmd)
 	return cmd
 }
@@ -154,21 +169,45 @@ func taskSubmit(ctx context.Context, cli *CLI, typ string, f submitFlags, asJSON
 	if !created {
 		fmt.Fprintf(cli.Stderr, "task %s already existed with this id and input: not submitted again\n", t.Ref())
 	}
+	var waitErr error
 	if f.wait {
-		ref := t.Ref()
-		if t, err = client.Wait(ctx, ref, 250*time.Millisecond); err != nil {
-			return fmt.Errorf("waiting for %s: %w", ref, err)
-		}
+		t, waitErr = waitTask(ctx, conn, t, f.waitTimeout.d)
 	}
 	if asJSON {
 		err = writeJSON(cli.Stdout, taskJSON{t})
 	} else {
 		printTask(cli.Stdout, t, false)
 	}
-	if err == nil && f.wait && t.Status != task.Completed {
+	switch {
+	case waitErr != nil:
+		return waitErr
+	case err == nil && f.wait && t.Status != task.Completed:
 		return fmt.Errorf("task %s ended %s", t.Ref(), t.Status)
 	}
 	return err
+}
+
+// waitTask waits until t is terminal, at most timeout (0: no bound), and
+// returns it as last read: when the wait runs out, with a timedOutError
+// saying where it stands and why.
+func waitTask(ctx context.Context, conn *Conn, t *task.Task, timeout time.Duration) (*task.Task, error) {
+	ref := t.Ref()
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+	got, err := conn.Tasks.Wait(wctx, ref, 250*time.Millisecond)
+	if got != nil {
+		t = got
+	}
+	switch {
+	case err == nil:
+		return t, nil
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return t, taskWaitTimedOut(ctx, conn, ref, got, timeout)
+	}
+	return t, fmt.Errorf("waiting for %s: %w", ref, err)
 }
 
 // readInput returns the --input value as JSON: the text itself, or the

@@ -59,6 +59,7 @@ func TestRunnerStore(t *testing.T, h RunnerStoreHarness) {
 	t.Run("KeepAliveFailuresReported", func(t *testing.T) { testKeepAliveFailures(t, h) })
 	t.Run("LeaseExpiry", func(t *testing.T) { testLeaseExpiry(t, h) })
 	t.Run("LeaseLostAfterRevoke", func(t *testing.T) { testLeaseLostAfterRevoke(t, h) })
+	t.Run("LeaseTimeToLive", func(t *testing.T) { testLeaseTimeToLive(t, h) })
 	t.Run("KeepAliveAfterExpiry", func(t *testing.T) { testKeepAliveAfterExpiry(t, h) })
 	t.Run("Locks", func(t *testing.T) { testLocks(t, h) })
 	t.Run("ConcurrentAcquireOneOwner", func(t *testing.T) { testConcurrentAcquire(t, h) })

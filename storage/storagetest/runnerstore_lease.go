@@ -270,3 +270,44 @@ func testKeepAliveAfterExpiry(t *testing.T, h RunnerStoreHarness) {
 		t.Fatal("Done not closed by the keep-alive that found the lease lost")
 	}
 }
+
+// testLeaseTimeToLive: a live lease reports its grant and a time left that
+// bounds its expiry from above (the lease of a crashed runner is gone no
+// later than Remaining after the answer); a revoked one is not found.
+func testLeaseTimeToLive(t *testing.T, h RunnerStoreHarness) {
+	ns := h.Namespace(t)
+	s, other := h.Open(t, ns), h.Open(t, ns)
+	ss := registerBare(t, s, "ttl", longTTL)
+	lt, err := other.LeaseTimeToLive(ctxT(t), ss.LeaseID())
+	if err != nil {
+		t.Fatalf("LeaseTimeToLive of a live lease: %v", err)
+	}
+	if lt.Granted != ss.TTL() || lt.Remaining <= 0 || lt.Remaining > ss.TTL()+time.Second {
+		t.Fatalf("LeaseTimeToLive = %+v, want granted %s and 0 < remaining ≤ %s", lt, ss.TTL(), ss.TTL()+time.Second)
+	}
+
+	// Orphaned, as by a crash: it expires within the bound it reports.
+	crashed := registerBare(t, s, "crashed", shortTTL)
+	crashed.Orphan()
+	lt, err = other.LeaseTimeToLive(ctxT(t), crashed.LeaseID())
+	if err != nil {
+		t.Fatalf("LeaseTimeToLive of an orphaned lease: %v", err)
+	}
+	bound := time.Now().Add(lt.Remaining)
+	waitFor(t, "the orphaned lease to expire", lt.Remaining+5*time.Second, func() bool {
+		_, err := other.LeaseTimeToLive(ctxT(t), crashed.LeaseID())
+		return errors.Is(err, storage.ErrNotFound)
+	})
+	// The backend's expiry runs on its own clock and timers: allow it the
+	// slack of a loaded machine beyond the bound, but not a whole TTL.
+	if late := time.Since(bound); late > shortTTL {
+		t.Errorf("the lease outlived its reported bound by %s", late)
+	}
+
+	if err := ss.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.LeaseTimeToLive(ctxT(t), ss.LeaseID()); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("LeaseTimeToLive of a revoked lease: err = %v, want ErrNotFound", err)
+	}
+}
