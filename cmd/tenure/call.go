@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/messaging"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -21,6 +24,11 @@ A call that provably did not start (refused by a runner that no longer owns
 the shard, or not sent) is routed again within the timeout; a call whose
 outcome is unknown (the connection broke after sending) is reported, never
 repeated. Durable delivery is ` + "`tenure task submit`" + `.
+
+A failed call's error ends by saying which of three it is: not applied
+(the handler did not run: running the command again is safe), outcome
+unknown (the handler may have run), or an application error the handler
+returned (its code and details).
 
 A call waits for its entity's shard to have an owner, up to its timeout:
 when no runner holds the shard half a second into the call (no runner
@@ -120,9 +128,9 @@ func call(ctx context.Context, cli *CLI, pos []string, input, group string, send
 	warned := stopWatch()
 	if err != nil {
 		if warned != "" {
-			return fmt.Errorf("call %s %s: %w (%s)", typ, id, err, warned)
+			return fmt.Errorf("call %s %s: %w (%s); %s", typ, id, err, warned, outcomeWords(err))
 		}
-		return fmt.Errorf("call %s %s: %w", typ, id, err)
+		return fmt.Errorf("call %s %s: %w; %s", typ, id, err, outcomeWords(err))
 	}
 	if !asJSON {
 		if len(reply) > 0 {
@@ -137,6 +145,23 @@ func call(ctx context.Context, cli *CLI, pos []string, input, group string, send
 		out.ReplyText = string(reply)
 	}
 	return writeJSON(cli.Stdout, out)
+}
+
+// outcomeWords says what a failed call's error means for whoever runs it
+// again (messaging.AppliedOf).
+func outcomeWords(err error) string {
+	var ae *entity.AppError
+	switch {
+	case errors.As(err, &ae):
+		details := ""
+		if len(ae.Details) > 0 {
+			details = ", details " + string(ae.Details)
+		}
+		return fmt.Sprintf("application error %s%s: the handler ran and answered so", ae.Code, details)
+	case messaging.AppliedOf(err) == messaging.AppliedNo:
+		return "not applied: the handler did not run, running the command again is safe"
+	}
+	return "outcome unknown: the handler may have run, in part or whole"
 }
 
 // callWarnDelay is how long a call runs before the CLI checks that a

@@ -9,8 +9,9 @@ import (
 
 // TestCallCommand: `tenure call` prints an entity's reply (as is, and in
 // --json), sends with --send, and fails clearly — exit 1, one line naming
-// the type — for a type no runner handles and for a call that outlives
-// --timeout.
+// the type and saying whether the handler ran — for a type no runner
+// handles (not applied), an application error (its code and details) and
+// a call that outlives --timeout (outcome unknown).
 func TestCallCommand(t *testing.T) {
 	c := newCLICluster(t, true)
 	c.startRunner("r1", "slow=exec:sleep 60")
@@ -37,11 +38,19 @@ func TestCallCommand(t *testing.T) {
 		t.Fatalf("call to an unknown type: %v", err)
 	}
 	assertOneLine(t, "unknown type", err, "nope")
+	if !strings.Contains(err.Error(), "not applied") {
+		t.Errorf("call to an unknown type: %v; want it said not applied", err)
+	}
+	_, _, err = c.run(Call, "counter", "c1", "--input", `{"add":2000000000}`, "--timeout", "20s")
+	if err == nil || !strings.Contains(err.Error(), "application error out_of_range, details {") {
+		t.Fatalf("an add over the counter's bound: %v; want its application error and details", err)
+	}
+	assertOneLine(t, "application error", err, "out_of_range")
 
 	start := time.Now()
 	_, _, err = c.run(Call, "slow", "s1", "--timeout", "300ms")
-	if err == nil || !strings.Contains(err.Error(), "deadline") {
-		t.Fatalf("call past --timeout: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("call past --timeout: %v; want the deadline, outcome unknown (the handler had started)", err)
 	}
 	// Not a timing bound: the handler sleeps a minute, so returning at all
 	// within half of it shows the call ended at its deadline.
