@@ -203,10 +203,11 @@ func latencyProfile(ctx context.Context, e *env, l S3Latency) (*LatencyProfile, 
 			return nil, err
 		}
 		t0 := time.Now()
-		if err := submitBatch(ctx, tc, typeProfileNoop, th.Tasks, th.Submitters); err != nil {
+		refs, err := submitBatch(ctx, tc, typeProfileNoop, th.Tasks, th.Submitters)
+		if err != nil {
 			return nil, err
 		}
-		if err := waitCompleted(ctx, rs, typeProfileNoop, base+float64(th.Tasks), batchWithin); err != nil {
+		if err := waitCompleted(ctx, rs, tc, refs, typeProfileNoop, base+float64(th.Tasks), batchWithin); err != nil {
 			return nil, err
 		}
 		rate := float64(th.Tasks) / time.Since(t0).Seconds()

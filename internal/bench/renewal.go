@@ -108,7 +108,7 @@ func runRenewal(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: renewal: submit: %w", err)
 	}
-	if err := waitCompleted(ctx, rs, typeLong, 1, hold+30*time.Second); err != nil {
+	if err := waitCompleted(ctx, rs, tc, nil, typeLong, 1, hold+30*time.Second); err != nil {
 		return nil, err
 	}
 	if err := waitOps(ctx, wire, before, s3count.OpDelete, 1, 10*time.Second); err != nil {

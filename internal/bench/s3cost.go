@@ -267,15 +267,17 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		refs := make([]string, 0, n)
 		for j := range n {
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typeCost, Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, j))})
+			tk, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typeCost, Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, j))})
 			cancel()
 			if err != nil {
 				return nil, fmt.Errorf("bench: s3cost: submit: %w", err)
 			}
+			refs = append(refs, tk.Ref())
 		}
-		if err := waitCompleted(ctx, rs, typeCost, done+float64(n), batchWithin); err != nil {
+		if err := waitCompleted(ctx, rs, tc, refs, typeCost, done+float64(n), batchWithin); err != nil {
 			return nil, err
 		}
 		// The ready pointer is deleted after the completing commit.

@@ -136,10 +136,11 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, s
 		before := wire.Counts()
 		wire.TakePeakInFlight()
 		start := time.Now()
-		if err := submitBatch(ctx, tc, typeNoop, res.TasksPerTrial, submitters); err != nil {
+		refs, err := submitBatch(ctx, tc, typeNoop, res.TasksPerTrial, submitters)
+		if err != nil {
 			return nil, err
 		}
-		if err := waitCompleted(ctx, rs, typeNoop, base+float64(res.TasksPerTrial), batchWithin); err != nil {
+		if err := waitCompleted(ctx, rs, tc, refs, typeNoop, base+float64(res.TasksPerTrial), batchWithin); err != nil {
 			return nil, err
 		}
 		d := time.Since(start)
@@ -231,9 +232,11 @@ func stopRunners(rs []*inproc) {
 	wg.Wait()
 }
 
-// submitBatch submits n tasks of typ from g goroutines.
-func submitBatch(ctx context.Context, tc *task.Client, typ string, n, goroutines int) error {
+// submitBatch submits n tasks of typ from g goroutines and returns their
+// refs.
+func submitBatch(ctx context.Context, tc *task.Client, typ string, n, goroutines int) ([]string, error) {
 	errs := make(chan error, goroutines)
+	refs := make([]string, n)
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
@@ -241,18 +244,19 @@ func submitBatch(ctx context.Context, tc *task.Client, typ string, n, goroutines
 			defer wg.Done()
 			for i := g; i < n; i += goroutines {
 				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typ})
+				tk, _, err := tc.Submit(sctx, task.SubmitRequest{Type: typ})
 				cancel()
 				if err != nil {
 					errs <- fmt.Errorf("bench: submit: %w", err)
 					return
 				}
+				refs[i] = tk.Ref()
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs
+	return refs, <-errs
 }
 
 // completed returns the number of tasks of typ completed by the runners
@@ -262,10 +266,23 @@ func completed(regs []*prometheus.Registry, typ string) (float64, error) {
 	return m[""], err
 }
 
-// waitCompleted waits until the runners have completed want tasks of typ.
-func waitCompleted(ctx context.Context, rs []*inproc, typ string, want float64, within time.Duration) error {
+// stallCheck is how long the runners' completion counters may stand
+// still before waitCompleted asks the task store.
+const stallCheck = 2 * time.Second
+
+// waitCompleted waits until the runners have completed want tasks of typ,
+// as their attempt counters say, or, when refs are given and the counters
+// have stood still for stallCheck, until the task store says that every
+// one of refs is completed. The counters are the fast signal (no request
+// per poll), but they are the runners' own: an attempt whose completing
+// write landed while a detachment cut off its answer counts as
+// abandoned, and its task, completed in S3, is not counted again. The
+// store, read from outside, has the last word.
+func waitCompleted(ctx context.Context, rs []*inproc, tc *task.Client, refs []string, typ string, want float64, within time.Duration) error {
 	regs := registries(rs)
 	deadline := time.Now().Add(within)
+	last, moved := -1.0, time.Now()
+	done := map[string]bool{}
 	for {
 		n, err := completed(regs, typ)
 		if err != nil {
@@ -274,10 +291,23 @@ func waitCompleted(ctx context.Context, rs []*inproc, typ string, want float64, 
 		if n >= want {
 			return nil
 		}
+		if n != last {
+			last, moved = n, time.Now()
+		}
 		for _, x := range rs {
 			if err := x.failed(); err != nil {
 				return err
 			}
+		}
+		if len(refs) > 0 && time.Since(moved) >= stallCheck {
+			left, err := notCompleted(ctx, tc, refs, done)
+			if err != nil {
+				return err
+			}
+			if left == 0 {
+				return nil
+			}
+			moved = time.Now()
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: %.0f of %.0f %s tasks completed after %s", n, want, typ, within)
@@ -288,6 +318,29 @@ func waitCompleted(ctx context.Context, rs []*inproc, typ string, want float64, 
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// notCompleted reads the tasks of refs not yet in done from the store,
+// adds the completed ones to done, and returns how many are left.
+func notCompleted(ctx context.Context, tc *task.Client, refs []string, done map[string]bool) (int, error) {
+	left := 0
+	for _, ref := range refs {
+		if done[ref] {
+			continue
+		}
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		tk, err := tc.Get(gctx, ref)
+		cancel()
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("bench: reading task %s: %w", ref, err)
+		case tk.Status == task.Completed:
+			done[ref] = true
+		default:
+			left++
+		}
+	}
+	return left, nil
 }
 
 // LatencyResult holds the figures of latency: submit → handler start, one
@@ -322,7 +375,7 @@ func runLatency(ctx context.Context, e *env) (Result, error) {
 		return nil, fmt.Errorf("bench: latency: %w", err)
 	}
 	// Let the last outcome commit before the runner stops.
-	if err := waitCompleted(ctx, rs, typePing, float64(latencyWarmup+n), startWithin); err != nil {
+	if err := waitCompleted(ctx, rs, tc, nil, typePing, float64(latencyWarmup+n), startWithin); err != nil {
 		return nil, err
 	}
 	res.P50MS, res.P99MS = quantile(res.Trials, 0.5), quantile(res.Trials, 0.99)
