@@ -197,7 +197,7 @@ func configSet(ctx context.Context, cli *CLI, args []string, rollout int, rollou
 	by := whoAmI(cli.Environ)
 	doc, rev, err := updateConfig(ctx, cc.rs, func(cur runner.DynamicDoc) (runner.DynamicDoc, error) {
 		if len(kv) == 0 && cur.Canary == nil {
-			return cur, fmt.Errorf("set: no canary in progress to move (version %d): give KEY=VALUE to start one", cur.Version)
+			return cur, fmt.Errorf("no canary in progress to move (version %d): give KEY=VALUE to start one", cur.Version)
 		}
 		return changeDoc(cur, kv, rollout, by, time.Now()), nil
 	}, check)
@@ -356,7 +356,7 @@ func updateConfig(ctx context.Context, st configStore, change func(runner.Dynami
 			// still the base of the change: the checks below run on the
 			// result.
 			if cur, err = runner.ParseDynamicDoc(cv.Value); err != nil && cur.Version == 0 {
-				return runner.DynamicDoc{}, 0, fmt.Errorf("set: the stored dynamic config (etcd revision %d) does not decode; fix or delete it with etcdctl: %w", cv.Revision, flatten(err))
+				return runner.DynamicDoc{}, 0, fmt.Errorf("the stored dynamic config (etcd revision %d) does not decode; fix or delete it with etcdctl: %w", cv.Revision, flatten(err))
 			}
 		}
 		next, err := change(cur)
@@ -364,11 +364,11 @@ func updateConfig(ctx context.Context, st configStore, change func(runner.Dynami
 			return runner.DynamicDoc{}, 0, err
 		}
 		if err := next.Check(); err != nil {
-			return runner.DynamicDoc{}, 0, flatten(fmt.Errorf("set: version %d would be invalid; nothing written: %w", next.Version, err))
+			return runner.DynamicDoc{}, 0, flatten(fmt.Errorf("version %d would be invalid; nothing written: %w", next.Version, err))
 		}
 		if check != nil {
 			if err := check(next); err != nil {
-				return runner.DynamicDoc{}, 0, fmt.Errorf("set: %w", err)
+				return runner.DynamicDoc{}, 0, err
 			}
 		}
 		b, err := json.Marshal(next)
@@ -385,7 +385,7 @@ func updateConfig(ctx context.Context, st configStore, change func(runner.Dynami
 		}
 		return next, rev, nil
 	}
-	return runner.DynamicDoc{}, 0, fmt.Errorf("set: the document kept changing under us (%d tries); try again: %w", configCASTries, lost)
+	return runner.DynamicDoc{}, 0, fmt.Errorf("the document kept changing under us (%d tries); try again: %w", configCASTries, lost)
 }
 
 // changeDoc returns d after setting kv (key → value) for rollout percent
