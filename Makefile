@@ -74,7 +74,7 @@ soak:
 dev:
 	$(GO) run ./cmd/tenure dev
 
-## generate: protobuf code (internal/callpb) from proto/, with Go tools only:
+## generate: protobuf code (messaging/internal/callpb) from proto/, with Go tools only:
 ## buf and every protoc plugin run at pinned versions through `go run`, so
 ## no protoc install and no network beyond the Go module proxy
 BUF ?= $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/entity/task"
-	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/entity/shardkey"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 	"github.com/tenurehq/tenure/routing"
 	"github.com/tenurehq/tenure/storage"
 	"go.opentelemetry.io/otel/attribute"
@@ -109,7 +109,7 @@ func (c *Client) do(ctx context.Context, kind, typ, id string, body []byte) ([]b
 			ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
 			defer cancel()
 		}
-		cl.shard = task.ShardOf(c.cfg.Group, c.cfg.Shards, typ, id, "")
+		cl.shard = shardkey.Of(c.cfg.Group, c.cfg.Shards, typ, id, "")
 		var span trace.Span
 		ctx, span = c.tracer.Start(ctx, "tenure.call", trace.WithSpanKind(trace.SpanKindClient))
 		if sc := span.SpanContext(); sc.IsValid() {

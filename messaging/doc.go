@@ -1,10 +1,10 @@
-// Package messaging is the transport of entity messaging (issue 12): it
-// carries volatile calls and sends addressed to an entity (type, id) to the
-// runner that holds the entity's shard, and brings the reply back.
+// Package messaging is the transport of entity messaging: it carries
+// volatile calls and sends addressed to an entity (type, id) to the runner
+// that holds the entity's shard, and brings the reply back.
 //
 // It owns the wire (EntityService, gRPC; proto/tenure/call/v1/call.proto,
-// generated into internal/callpb), the Server a runner serves on its call
-// address, the Client that routes on a routing.Table and implements
+// generated into messaging/internal/callpb), the Server a runner serves on
+// its call address, the Client that routes on a routing.Table and implements
 // entity.Caller, the HTTP + JSON entry point for non-Go callers
 // (HTTPHandler), TLS loading, and the call metrics and spans. Executing a
 // message — the ownership gate, the mailbox, the handler — is the host's

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 )
 
 // quote is typ quoted, for messages.

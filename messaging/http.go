@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 )
 
 // HTTPHandler serves calls from non-Go callers over plain HTTP + JSON,

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 )
 
 // TestHTTPStatuses checks the answer to every kind of Call error, as

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 )
 
 // The outcome contract: every call that fails is exactly one of

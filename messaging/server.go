@@ -8,8 +8,8 @@ import (
 	"runtime"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/entity/task"
-	"github.com/tenurehq/tenure/internal/callpb"
+	"github.com/tenurehq/tenure/entity/shardkey"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -133,7 +133,7 @@ func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.S
 		err := &TooLargeError{What: "request", Size: len(req.Payload), Limit: s.cfg.MaxMessageBytes}
 		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: failureOf(ctx, req.Type, err)}}
 	}
-	shard := task.ShardOf(group, s.cfg.Shards, req.Type, req.Id, "")
+	shard := shardkey.Of(group, s.cfg.Shards, req.Type, req.Id, "")
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("tenure.entity.type", req.Type), attribute.String("tenure.entity.id", req.Id),
 			attribute.String("tenure.shard", shard.String()), attribute.Int64("tenure.epoch", req.Epoch))

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/internal/callpb"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/messaging"
+	"github.com/tenurehq/tenure/messaging/internal/callpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

@@ -6,8 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
+	"github.com/tenurehq/tenure/entity/shardkey"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -191,22 +190,10 @@ func ParsePointer(key string) (Pointer, error) {
 }
 
 // EntityKey returns the 16 lowercase hex digits of
-// xxhash64(typ + "\x00" + entity), or "" when entity is empty. It names the
-// entity in pointer keys without putting its (arbitrary UTF-8) id there.
-func EntityKey(typ, entity string) string {
-	if entity == "" {
-		return ""
-	}
-	return fmt.Sprintf("%016x", entityHash(typ, entity))
-}
-
-func entityHash(typ, entity string) uint64 {
-	d := xxhash.New()
-	d.WriteString(typ)
-	d.Write([]byte{0})
-	d.WriteString(entity)
-	return d.Sum64()
-}
+// xxhash64(typ + "\x00" + entity), or "" when entity is empty (see
+// shardkey.Entity). It names the entity in pointer keys without putting its
+// (arbitrary UTF-8) id there.
+func EntityKey(typ, entity string) string { return shardkey.Entity(typ, entity) }
 
 func isEntityKey(s string) bool {
 	if len(s) != 16 {
@@ -220,26 +207,12 @@ func isEntityKey(s string) bool {
 	return true
 }
 
-// ShardOf returns the shard of group that holds a task. The function is part
-// of the storage format, so it never changes:
-//
-//   - a task with an entity: xxhash64(typ + "\x00" + entity) mod shards, so
-//     every task of one entity lands on the shard whose owner hosts it;
-//   - a task without one: xxhash64(id) mod shards.
-//
-// xxhash64 is XXH64 with seed 0 (github.com/cespare/xxhash/v2). shards < 1
-// is treated as 1.
+// ShardOf returns the shard of group that holds a task: by its entity
+// when it names one, so that every task of one entity lands on the shard
+// whose owner hosts it, else by its id. It is shardkey.Of, part of the
+// storage format.
 func ShardOf(group string, shards int, typ, entity, id string) storage.ShardID {
-	if shards < 1 {
-		shards = 1
-	}
-	var h uint64
-	if entity != "" {
-		h = entityHash(typ, entity)
-	} else {
-		h = xxhash.Sum64String(id)
-	}
-	return storage.ShardID{Group: group, Index: int(h % uint64(shards))}
+	return shardkey.Of(group, shards, typ, entity, id)
 }
 
 // parseShard parses "group/index".

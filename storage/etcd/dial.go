@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/tenurehq/tenure/internal/childspan"
 	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/internal/childspan"
 )
 
 // DialConfig says how to reach an etcd cluster.

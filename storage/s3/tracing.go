@@ -13,7 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tenurehq/tenure/internal/childspan"
+	"github.com/tenurehq/tenure/storage/internal/childspan"
 )
 
 // tracerName is the instrumentation scope of the S3 client spans.

@@ -1,0 +1,51 @@
+package shardkey
+
+import (
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tenurehq/tenure/storage"
+)
+
+// Of returns the shard of group that holds a task, or the entity it
+// names. The function is part of the storage format, so it never changes:
+//
+//   - an entity (typ, entity): xxhash64(typ + "\x00" + entity) mod shards,
+//     so every task and call of one entity lands on the shard whose owner
+//     hosts it;
+//   - a task without an entity: xxhash64(id) mod shards.
+//
+// xxhash64 is XXH64 with seed 0 (github.com/cespare/xxhash/v2). shards < 1
+// is treated as 1.
+func Of(group string, shards int, typ, entity, id string) storage.ShardID {
+	if shards < 1 {
+		shards = 1
+	}
+	var h uint64
+	if entity != "" {
+		h = entityHash(typ, entity)
+	} else {
+		h = xxhash.Sum64String(id)
+	}
+	return storage.ShardID{Group: group, Index: int(h % uint64(shards))}
+}
+
+// Entity returns the 16 lowercase hex digits of
+// xxhash64(typ + "\x00" + entity), or "" when entity is empty. It names the
+// entity in keys (ready pointers, mailboxes) without putting its
+// (arbitrary UTF-8) id there.
+func Entity(typ, entity string) string {
+	if entity == "" {
+		return ""
+	}
+	return fmt.Sprintf("%016x", entityHash(typ, entity))
+}
+
+func entityHash(typ, entity string) uint64 {
+	d := xxhash.New()
+	d.WriteString(typ)
+	d.Write([]byte{0})
+	d.WriteString(entity)
+	return d.Sum64()
+}
