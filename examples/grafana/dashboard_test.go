@@ -61,8 +61,8 @@ var knownMetrics = map[string]string{
 	"tenure_runner_info":           "gauge",
 }
 
-// required are the series the dashboard must show (the brief's panel list
-// and DESIGN §10).
+// required are the series the dashboard must show: those an operator
+// needs first (docs/operations.md, "Metrics and alerts").
 var required = []string{
 	"tenure_sharding_detached", "tenure_sharding_detachments_total", "tenure_sharding_attachments_total",
 	"tenure_sharding_would_detach_total", "tenure_sharding_lease_keepalive_failure_streak",
