@@ -3,6 +3,7 @@ package detachment
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -38,12 +39,40 @@ var ErrInvalidConfig = errors.New("detachment: invalid config")
 // ConfigError names the Config field that failed validation.
 type ConfigError struct {
 	Field string // Go field name, e.g. "DetachMargin"
+	// Key is the field's configuration key, e.g. "detachment.margin": the
+	// name a runner's config file and the CLI use (the field's key tag).
+	Key   string
 	Value string // the rejected value, formatted
 	Rule  string // what the value must satisfy
 }
 
+// Error names the key and the Go field, the value and the rule: a Go
+// caller builds this Config by its fields, a runner's user sets its keys
+// (a runner reports Setting, the keys alone).
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("detachment: invalid config: %s = %s: %s", e.Field, e.Value, e.Rule)
+	name := e.Field
+	if e.Key != "" {
+		name = e.Key + " (" + e.Field + ")"
+	}
+	return fmt.Sprintf("detachment: invalid config: %s = %s: %s", name, e.Value, e.Rule)
+}
+
+// Setting is the error without its package's prefix: "key = value: rule".
+func (e *ConfigError) Setting() string {
+	name := e.Key
+	if name == "" {
+		name = e.Field
+	}
+	return fmt.Sprintf("%s = %s: %s", name, e.Value, e.Rule)
+}
+
+// keyOf is the configuration key of Config's field (its key tag), or ""
+// for a field that has none.
+func keyOf(field string) string {
+	if f, ok := reflect.TypeFor[Config]().FieldByName(field); ok {
+		return f.Tag.Get("key")
+	}
+	return ""
 }
 
 // Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
@@ -54,29 +83,29 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 type Config struct {
 	// Mode is off, observe or enforce (see the Mode constants). Default
 	// enforce.
-	Mode Mode
+	Mode Mode `key:"detachment.mode"`
 
 	// DetachMargin is the safety margin, subtracted from the lease deadline,
 	// at which the runner detaches if no keep-alive has pushed the deadline
 	// further: the time left for entities to stop and for clock drift between
 	// this process and etcd before the lease can really expire. Must be in
 	// (0, lease TTL). Default lease TTL / 3, one keep-alive period.
-	DetachMargin time.Duration
+	DetachMargin time.Duration `key:"detachment.margin"`
 
 	// RecoverWindow is how long the runner must stay healthy without any
 	// failure after a detachment before it re-attaches; it keeps a flapping
 	// connection from flapping the shards. Must be > 0. Default 2s.
-	RecoverWindow time.Duration
+	RecoverWindow time.Duration `key:"detachment.recover_window"`
 
 	// KeepAliveFailureThreshold is the number of consecutive failed
 	// keep-alives that detach at once, without waiting for the lease
 	// deadline. Must be ≥ 1. Default 2: one lost response is tolerated.
-	KeepAliveFailureThreshold int
+	KeepAliveFailureThreshold int `key:"detachment.keepalive_failure_threshold"`
 
 	// StorageErrorGrace is how long a storage error (get runners, acquire,
 	// refresh) may stay unanswered by a successful storage call before the
 	// runner detaches. Must be > 0. Default 1s.
-	StorageErrorGrace time.Duration
+	StorageErrorGrace time.Duration `key:"detachment.storage_error_grace"`
 }
 
 // DefaultConfig returns the defaults for a runner lease of leaseTTL: mode
@@ -85,7 +114,7 @@ type Config struct {
 func DefaultConfig(leaseTTL time.Duration) Config {
 	return Config{
 		Mode:                      ModeEnforce,
-		DetachMargin:              leaseTTL / 3,
+		DetachMargin:              DeriveFromLease(leaseTTL).DetachMargin,
 		RecoverWindow:             DefaultRecoverWindow,
 		KeepAliveFailureThreshold: DefaultKeepAliveFailureThreshold,
 		StorageErrorGrace:         DefaultStorageErrorGrace,
@@ -97,7 +126,11 @@ func DefaultConfig(leaseTTL time.Duration) Config {
 func (c Config) Validate(leaseTTL time.Duration) error {
 	var errs []error
 	bad := func(field, value, rule string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Rule: rule})
+		key := keyOf(field)
+		if field == "LeaseTTL" {
+			key = "lease.ttl"
+		}
+		errs = append(errs, &ConfigError{Field: field, Key: key, Value: value, Rule: rule})
 	}
 	switch c.Mode {
 	case ModeOff, ModeObserve, ModeEnforce:
@@ -109,7 +142,7 @@ func (c Config) Validate(leaseTTL time.Duration) error {
 	} else if c.DetachMargin <= 0 || c.DetachMargin >= leaseTTL {
 		// A margin ≥ the TTL could never be satisfied: the runner would
 		// never attach.
-		bad("DetachMargin", c.DetachMargin.String(), fmt.Sprintf("must be in (0, lease TTL %s)", leaseTTL))
+		bad("DetachMargin", c.DetachMargin.String(), fmt.Sprintf("must be in (0, lease.ttl %s)", leaseTTL))
 	}
 	if c.RecoverWindow <= 0 {
 		bad("RecoverWindow", c.RecoverWindow.String(), "must be > 0")

@@ -3,6 +3,7 @@ package entity
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -14,29 +15,29 @@ type Config struct {
 	// ReconcileInterval is how often an owned shard's ready pointers are
 	// listed even when no wake-up came: the safety net for lost wake-ups and
 	// the only S3 traffic of an idle shard. Default 60s.
-	ReconcileInterval time.Duration
+	ReconcileInterval time.Duration `key:"entity.reconcile_interval"`
 	// TaskLease is how long a claim lasts without renewal; a running task's
 	// claim is renewed every TaskLease/3. Default 30s.
-	TaskLease time.Duration
+	TaskLease time.Duration `key:"entity.task_lease"`
 	// MaxConcurrentPerShard bounds the handlers running at once on one shard.
 	// Default 64.
-	MaxConcurrentPerShard int
+	MaxConcurrentPerShard int `key:"entity.max_concurrent_per_shard"`
 	// MaxConcurrentPerRunner bounds the handlers running at once on the
 	// runner, across shards. Default 256.
-	MaxConcurrentPerRunner int
+	MaxConcurrentPerRunner int `key:"entity.max_concurrent_per_runner"`
 	// MaxIdle is how long an entity instance stays resident without work
 	// before it is passivated. Default 60s.
-	MaxIdle time.Duration
+	MaxIdle time.Duration `key:"entity.max_idle"`
 	// MaxResident caps the resident entity instances of the runner; beyond
 	// it the least recently used idle ones are passivated. Default 10000.
-	MaxResident int
+	MaxResident int `key:"entity.max_resident"`
 	// InterruptTimeout is how long, after a shard's work is interrupted
 	// (detachment, lock loss, stop), its handlers have to return before
 	// those still running are counted (tenure_tasks_interrupt_overruns_total)
 	// and named in the log. A planned release waits for them the same way,
 	// bounded by the sharding interrupt timeout. Set it to the sharding
 	// InterruptTimeout. Default 5s.
-	InterruptTimeout time.Duration
+	InterruptTimeout time.Duration `key:"sharding.interrupt_timeout"`
 	// HookTimeout bounds an entity's OnStart and OnStop. Default 10s.
 	HookTimeout time.Duration
 	// OrphanPointerAge is how old a ready pointer whose task object does not
@@ -69,7 +70,7 @@ type Config struct {
 	// DELETE when it failed or was cancelled. An unfinished task last
 	// written more than the retention ago costs one GET per ownership of
 	// its shard. See the package doc and task.Store.Purge.
-	TaskRetention time.Duration
+	TaskRetention time.Duration `key:"entity.task_retention"`
 	// TaskSweepInterval is how often each owned shard is swept for finished
 	// tasks older than TaskRetention (±10%); the first pass comes at a
 	// random point of the second ReconcileInterval (or TaskSweepInterval,
@@ -78,18 +79,18 @@ type Config struct {
 	// one a second later. 0 derives it: TaskRetention/24, at least 1s and
 	// at most 1h, so that a finished task outlives the retention by at most
 	// a twenty-fourth of it (an hour at the default). Default 0.
-	TaskSweepInterval time.Duration
+	TaskSweepInterval time.Duration `key:"entity.task_sweep_interval"`
 	// SendTimeout bounds the handler of a send (a one-way message): it runs
 	// after the sender has moved on, under a context of its own that ends
 	// after SendTimeout (or earlier, with the shard or the runner's
 	// attachment). Default 1m.
-	SendTimeout time.Duration
+	SendTimeout time.Duration `key:"entity.send_timeout"`
 	// MaxStateSize is the largest durable entity state (see State), in
 	// bytes of its JSON encoding; a larger one is refused with
 	// ErrStateTooLarge before any request. At most MaxStateSizeLimit, so
 	// that a state object, with its envelope, stays well within what the
 	// S3 adapter reads. Default 1 MiB.
-	MaxStateSize int
+	MaxStateSize int `key:"entity.max_state_size"`
 }
 
 // MaxStateSizeLimit bounds Config.MaxStateSize: 8 MiB.
@@ -129,11 +130,55 @@ func (c Config) sweepInterval() time.Duration {
 	return min(max(c.TaskRetention/24, minSweepInterval), maxSweepInterval)
 }
 
-// Validate checks every bound, naming the field.
+// ConfigError names the Config field that failed validation.
+type ConfigError struct {
+	Field string // Go field name, e.g. "TaskLease"
+	// Key is the field's configuration key, e.g. "entity.task_lease": the
+	// name a runner's config file and the CLI use (the field's key tag);
+	// "" for a field a runner does not expose.
+	Key   string
+	Value string // the rejected value, formatted
+	Rule  string // what the value must satisfy
+}
+
+// Error names the key and the Go field, the value and the rule: a Go
+// caller builds this Config by its fields, a runner's user sets its keys
+// (a runner reports Setting, the keys alone).
+func (e *ConfigError) Error() string {
+	name := e.Field
+	if e.Key != "" {
+		name = e.Key + " (" + e.Field + ")"
+	}
+	return fmt.Sprintf("entity: invalid config: %s = %s: %s", name, e.Value, e.Rule)
+}
+
+// Setting is the error without its package's prefix: "key = value: rule".
+func (e *ConfigError) Setting() string {
+	name := e.Key
+	if name == "" {
+		name = e.Field
+	}
+	return fmt.Sprintf("%s = %s: %s", name, e.Value, e.Rule)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// keyOf is the configuration key of Config's field (its key tag), or ""
+// for a field that has none.
+func keyOf(field string) string {
+	if f, ok := reflect.TypeFor[Config]().FieldByName(field); ok {
+		return f.Tag.Get("key")
+	}
+	return ""
+}
+
+// Validate checks every bound; the error joins one *ConfigError per bad
+// field, naming its key.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field string, v any, rule string) {
-		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, field, v, rule))
+		errs = append(errs, &ConfigError{Field: field, Key: keyOf(field), Value: fmt.Sprint(v), Rule: rule})
 	}
 	if c.ReconcileInterval < time.Second {
 		bad("ReconcileInterval", c.ReconcileInterval, "must be ≥ 1s")
@@ -169,7 +214,7 @@ func (c Config) Validate() error {
 		bad("TaskRetention", c.TaskRetention, "must be 0 (keep finished tasks) or ≥ 1s")
 	}
 	if c.TaskSweepInterval != 0 && c.TaskSweepInterval < minSweepInterval {
-		bad("TaskSweepInterval", c.TaskSweepInterval, "must be 0 (derived from TaskRetention) or ≥ 1s")
+		bad("TaskSweepInterval", c.TaskSweepInterval, "must be 0 (derived from entity.task_retention) or ≥ 1s")
 	}
 	if c.SendTimeout <= 0 {
 		bad("SendTimeout", c.SendTimeout, "must be > 0")

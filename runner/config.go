@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -142,18 +143,19 @@ type S3Config struct {
 	RequestTimeout Duration `yaml:"request_timeout"` // default 10s
 }
 
-// LeaseConfig tunes the runner lease.
+// LeaseConfig tunes the runner lease. The keep-alive interval and timeout
+// left zero follow the TTL (Config.WithDefaults).
 type LeaseConfig struct {
-	TTL               Duration `yaml:"ttl"`                // default 10s
-	KeepAliveInterval Duration `yaml:"keepalive_interval"` // default ttl/3
-	KeepAliveTimeout  Duration `yaml:"keepalive_timeout"`  // default ttl/6
+	TTL               Duration `yaml:"ttl"`                // default 10s; whole seconds
+	KeepAliveInterval Duration `yaml:"keepalive_interval"` // 0: ttl/3
+	KeepAliveTimeout  Duration `yaml:"keepalive_timeout"`  // 0: ttl/6
 }
 
 // DetachmentConfig is the part of detachment.Config that can also change
 // at run time (see the dynamic config).
 type DetachmentConfig struct {
 	Mode              string   `yaml:"mode"`                        // off | observe | enforce (default)
-	Margin            Duration `yaml:"margin"`                      // default ttl/3
+	Margin            Duration `yaml:"margin"`                      // 0: lease.ttl/3
 	RecoverWindow     Duration `yaml:"recover_window"`              // default 2s
 	FailureThreshold  int      `yaml:"keepalive_failure_threshold"` // default 2
 	StorageErrorGrace Duration `yaml:"storage_error_grace"`         // default 1s
@@ -163,7 +165,7 @@ type DetachmentConfig struct {
 type ShardingConfig struct {
 	RebalanceDebounce    Duration `yaml:"rebalance_debounce"`     // default 250ms
 	RebalanceInterval    Duration `yaml:"rebalance_interval"`     // default 10s
-	LockRefreshInterval  Duration `yaml:"lock_refresh_interval"`  // default ttl/3
+	LockRefreshInterval  Duration `yaml:"lock_refresh_interval"`  // 0: lease.ttl/3
 	AcquireRetryInterval Duration `yaml:"acquire_retry_interval"` // default 200ms
 	AcquireRetryWindow   Duration `yaml:"acquire_retry_window"`   // default 2s
 	InterruptTimeout     Duration `yaml:"interrupt_timeout"`      // default 5s
@@ -279,14 +281,11 @@ func DefaultConfig() Config {
 		},
 		// No S3 region: an empty one follows the AWS chain (S3Config.Region).
 		S3: S3Config{RequestTimeout: Duration(10 * time.Second)},
-		Lease: LeaseConfig{
-			TTL:               Duration(sc.LeaseTTL),
-			KeepAliveInterval: Duration(sc.KeepAliveInterval),
-			KeepAliveTimeout:  Duration(sc.KeepAliveTimeout),
-		},
+		// The lease intervals, the detach margin and the lock refresh stay
+		// zero: they follow lease.ttl (WithDefaults).
+		Lease: LeaseConfig{TTL: Duration(sc.LeaseTTL)},
 		Detachment: DetachmentConfig{
 			Mode:              string(sc.Detachment.Mode),
-			Margin:            Duration(sc.Detachment.DetachMargin),
 			RecoverWindow:     Duration(sc.Detachment.RecoverWindow),
 			FailureThreshold:  sc.Detachment.KeepAliveFailureThreshold,
 			StorageErrorGrace: Duration(sc.Detachment.StorageErrorGrace),
@@ -294,7 +293,6 @@ func DefaultConfig() Config {
 		Sharding: ShardingConfig{
 			RebalanceDebounce:    Duration(sc.RebalanceDebounce),
 			RebalanceInterval:    Duration(sc.RebalanceInterval),
-			LockRefreshInterval:  Duration(sc.LockRefreshInterval),
 			AcquireRetryInterval: Duration(sc.AcquireRetryInterval),
 			AcquireRetryWindow:   Duration(sc.AcquireRetryWindow),
 			InterruptTimeout:     Duration(sc.InterruptTimeout),
@@ -331,8 +329,39 @@ func sanitizeID(s string) string {
 	return s
 }
 
+// WithDefaults returns c with every key that follows another filled in,
+// where it is zero: the keep-alive interval and timeout, the detach margin
+// and the lock refresh follow lease.ttl (detachment.DeriveFromLease, the
+// one rule every component applies), advertise_addr follows admin_addr
+// when its host is a specific one. Load and New apply it, and so do
+// Validate and the component configs, so that a Config built by hand in
+// an embedding service gets the same values and checks as one loaded from
+// a file.
+func (c Config) WithDefaults() Config {
+	d := detachment.DeriveFromLease(c.Lease.TTL.Std())
+	if c.Lease.KeepAliveInterval == 0 {
+		c.Lease.KeepAliveInterval = Duration(d.KeepAliveInterval)
+	}
+	if c.Lease.KeepAliveTimeout == 0 {
+		c.Lease.KeepAliveTimeout = Duration(d.KeepAliveTimeout)
+	}
+	if c.Detachment.Margin == 0 {
+		c.Detachment.Margin = Duration(d.DetachMargin)
+	}
+	if c.Sharding.LockRefreshInterval == 0 {
+		c.Sharding.LockRefreshInterval = Duration(d.LockRefreshInterval)
+	}
+	// An unspecified admin host is not copied: New derives the host to
+	// advertise (advertise.go).
+	if host, _, err := net.SplitHostPort(c.AdminAddr); c.AdvertiseAddr == "" && (err != nil || !unspecifiedHost(host)) {
+		c.AdvertiseAddr = c.AdminAddr
+	}
+	return c
+}
+
 // ShardingConfig returns the sharding.Config the runner runs with.
 func (c Config) ShardingConfig() sharding.Config {
+	c = c.WithDefaults()
 	return sharding.Config{
 		LeaseTTL:             c.Lease.TTL.Std(),
 		KeepAliveInterval:    c.Lease.KeepAliveInterval.Std(),
@@ -380,9 +409,10 @@ func (c Config) EntityConfig() entity.Config {
 	return ec
 }
 
-// Validate checks every field, naming the key and the bound; it also runs
-// the component configs' own checks.
+// Validate checks every field of c.WithDefaults(), naming the key and the
+// bound; it also runs the component configs' own checks.
 func (c Config) Validate() error {
+	c = c.WithDefaults()
 	var errs []error
 	bad := func(key string, v any, rule string) {
 		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, key, v, rule))
@@ -457,36 +487,42 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.ShardingConfig().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
+		errs = append(errs, componentErrors(err)...)
 	}
 	if err := c.EntityConfig().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
+		errs = append(errs, componentErrors(err)...)
 	}
 	return errors.Join(errs...)
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// renameFields maps the component configs' Go field names to this config's
-// keys, so that errors name what the user wrote.
-func renameFields(err error) error {
-	msg := err.Error()
-	for _, prefix := range []string{"detachment: invalid config: ", "sharding: invalid config: "} {
-		msg = strings.ReplaceAll(msg, prefix, "")
+// componentErrors puts the errors of a component config's Validate under
+// the runner's prefix: each names the setting by its key, as the component
+// reports it (its ConfigError's Setting), and unwraps to the component's
+// error.
+func componentErrors(err error) []error {
+	var out []error
+	for _, leaf := range leafErrors(err) {
+		out = append(out, settingErrorOf(leaf))
 	}
-	for _, r := range [][2]string{
-		{"DetachMargin", "detachment.margin"}, {"RecoverWindow", "detachment.recover_window"},
-		{"KeepAliveFailureThreshold", "detachment.keepalive_failure_threshold"},
-		{"StorageErrorGrace", "detachment.storage_error_grace"}, {"Mode", "detachment.mode"},
-		{"LeaseTTL", "lease.ttl"}, {"KeepAliveInterval", "lease.keepalive_interval"},
-		{"KeepAliveTimeout", "lease.keepalive_timeout"}, {"RebalanceDebounce", "sharding.rebalance_debounce"},
-		{"RebalanceInterval", "sharding.rebalance_interval"}, {"LockRefreshInterval", "sharding.lock_refresh_interval"},
-		{"AcquireRetryInterval", "sharding.acquire_retry_interval"}, {"AcquireRetryWindow", "sharding.acquire_retry_window"},
-		{"InterruptTimeout", "sharding.interrupt_timeout"},
-		{"SendTimeout", "entity.send_timeout"}, {"TaskRetention", "entity.task_retention"}, {"TaskSweepInterval", "entity.task_sweep_interval"},
-		{"MaxStateSize", "entity.max_state_size"},
-	} {
-		msg = strings.ReplaceAll(msg, r[0], r[1])
-	}
-	return errors.New(msg)
+	return out
 }
+
+// settingErrorOf is one component config error under the runner's prefix.
+func settingErrorOf(err error) error {
+	if s, ok := err.(interface{ Setting() string }); ok {
+		return &settingError{err: err, setting: s.Setting()}
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+}
+
+// settingError is a component's config error as the runner reports it:
+// "runner: invalid config: key = value: rule".
+type settingError struct {
+	err     error
+	setting string
+}
+
+func (e *settingError) Error() string   { return ErrInvalidConfig.Error() + ": " + e.setting }
+func (e *settingError) Unwrap() []error { return []error{ErrInvalidConfig, e.err} }

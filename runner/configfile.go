@@ -47,7 +47,7 @@ func (e *KeyError) Unwrap() error { return ErrInvalidConfig }
 // of a file's mistakes are reported at once. Only the first document of
 // the file is read; a key given an empty (null) value keeps its default,
 // as if absent.
-func (c *Config) decodeYAML(b []byte, set map[string]bool) error {
+func (c *Config) decodeYAML(b []byte) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return err // a syntax error: the YAML package names the line
@@ -55,7 +55,7 @@ func (c *Config) decodeYAML(b []byte, set map[string]bool) error {
 	if len(doc.Content) == 0 {
 		return nil // empty, or only comments
 	}
-	d := fileDecoder{set: set}
+	d := fileDecoder{}
 	root := resolveAlias(doc.Content[0])
 	if isNull(root) {
 		return nil
@@ -66,7 +66,6 @@ func (c *Config) decodeYAML(b []byte, set map[string]bool) error {
 
 // fileDecoder collects the errors of one file's decoding.
 type fileDecoder struct {
-	set  map[string]bool
 	errs []error
 }
 
@@ -114,9 +113,7 @@ func (d *fileDecoder) mapping(v reflect.Value, n *yaml.Node, prefix string) {
 			d.mapping(f, vn, key+".")
 			continue
 		}
-		if d.leaf(f, resolveAlias(vn), key) {
-			d.set[key] = true
-		}
+		d.leaf(f, resolveAlias(vn), key)
 	}
 }
 

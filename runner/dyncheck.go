@@ -57,7 +57,6 @@ func (c Config) StaticSettings() map[string]string {
 func DynamicTargetFrom(id string, settings map[string]string) (DynamicTarget, error) {
 	c := DefaultConfig()
 	c.RunnerID = id
-	set := map[string]bool{}
 	for _, k := range append(slices.Clone(LeaseKeys), DynamicKeys...) {
 		v, ok := settings[k]
 		if !ok {
@@ -66,10 +65,8 @@ func DynamicTargetFrom(id string, settings map[string]string) (DynamicTarget, er
 		if err := c.Set(k, v); err != nil {
 			return DynamicTarget{}, err
 		}
-		set[k] = true
 	}
-	c.derive(set)
-	return c.DynamicTarget(), nil
+	return c.WithDefaults().DynamicTarget(), nil
 }
 
 // CheckDetachment checks detachment settings against a runner's lease
@@ -86,9 +83,9 @@ func CheckDetachment(lease LeaseConfig, det DetachmentConfig) error {
 	// refresh that follows the TTL) leaves only these settings to fail.
 	sc := sharding.DefaultConfig()
 	sc.LeaseTTL, sc.KeepAliveInterval, sc.KeepAliveTimeout = lease.TTL.Std(), lease.KeepAliveInterval.Std(), lease.KeepAliveTimeout.Std()
-	sc.LockRefreshInterval = sc.LeaseTTL / 3
+	sc.LockRefreshInterval = 0 // follows the TTL
 	sc.Detachment = det.Machine()
-	err := sc.Validate()
+	err := sc.WithDefaults().Validate()
 	if err == nil {
 		return nil
 	}
@@ -109,7 +106,7 @@ func CheckDetachment(lease LeaseConfig, det DetachmentConfig) error {
 			errs = append(errs, marginTooLarge(lease, det.Margin))
 			continue
 		}
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(leaf)))
+		errs = append(errs, settingErrorOf(leaf))
 	}
 	return errors.Join(errs...)
 }

@@ -74,8 +74,8 @@ func (d DynamicDoc) Check() error {
 				errs = append(errs, err)
 			}
 		}
-		if err := probe.Detachment.Machine().Validate(probe.Lease.TTL.Std()); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, renameFields(err)))
+		if err := probe.WithDefaults().Detachment.Machine().Validate(probe.Lease.TTL.Std()); err != nil {
+			errs = append(errs, componentErrors(err)...)
 		}
 	}
 	return errors.Join(errs...)

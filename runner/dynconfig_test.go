@@ -116,7 +116,7 @@ func TestDynamicDocCheckedAgainstLease(t *testing.T) {
 	}
 	// A margin beyond the TTL says so once, not also as a keep-alive problem.
 	_, _, err = DynamicDoc{Version: 4, Base: map[string]string{"detachment.margin": "12s"}}.Apply(c)
-	if err == nil || !strings.Contains(err.Error(), "detachment.margin = 12s: must be in (0, lease TTL 10s)") || strings.Contains(err.Error(), "too large") {
+	if err == nil || !strings.Contains(err.Error(), "detachment.margin = 12s: must be in (0, lease.ttl 10s)") || strings.Contains(err.Error(), "too large") {
 		t.Errorf("margin 12s on a 10s lease: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"reflect"
 	"slices"
@@ -23,8 +22,33 @@ const EnvPrefix = "TENURE_"
 // needs it and runner does not import external.
 const TaskEnvPrefix = "TENURE_TASK_"
 
-// Load builds a Config: defaults, then the YAML file at path (skipped when
-// path is empty), then the TENURE_* variables of environ, then overrides
+// ConfigEnv is the environment variable that names the config file when
+// none is given: TENURE_CONFIG.
+const ConfigEnv = EnvPrefix + "CONFIG"
+
+// DevConfigPath is where `tenure dev` writes its config, relative to the
+// working directory.
+const DevConfigPath = ".tenure-dev/tenure.yaml"
+
+// FindConfig returns the config file to load when none is given: the one
+// $TENURE_CONFIG of environ names, else DevConfigPath when it exists in the
+// working directory, else "" (none). The tenure CLI finds its config so.
+func FindConfig(environ []string) string {
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, ConfigEnv+"="); ok && v != "" {
+			return v
+		}
+	}
+	if _, err := os.Stat(DevConfigPath); err == nil {
+		return DevConfigPath
+	}
+	return ""
+}
+
+// Load builds a Config: defaults, then the YAML file at path (when path is
+// empty, the one FindConfig finds, as the tenure CLI does: $TENURE_CONFIG,
+// else ./.tenure-dev/tenure.yaml; os.DevNull loads none), then the
+// TENURE_* variables of environ, then overrides
 // ("key=value", from flags, in order). Keys that derive from the lease TTL
 // (keep-alive interval and timeout, detach margin, lock refresh) follow it
 // unless set themselves. The result is validated.
@@ -40,13 +64,15 @@ const TaskEnvPrefix = "TENURE_TASK_"
 // misspelt variable is the likely cause.
 func Load(path string, environ []string, overrides []string) (Config, error) {
 	c := DefaultConfig()
-	set := map[string]bool{}
+	if path == "" {
+		path = FindConfig(environ)
+	}
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return Config{}, fmt.Errorf("%w: config file: %w", ErrInvalidConfig, err)
 		}
-		if err := c.decodeYAML(b, set); err != nil {
+		if err := c.decodeYAML(b); err != nil {
 			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
@@ -55,6 +81,9 @@ func Load(path string, environ []string, overrides []string) (Config, error) {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) {
 			continue
+		}
+		if name == ConfigEnv {
+			continue // names the file, not a key
 		}
 		key, known := EnvKey(name)
 		if !known {
@@ -66,7 +95,6 @@ func Load(path string, environ []string, overrides []string) (Config, error) {
 		if err := c.Set(key, value); err != nil {
 			return Config{}, fmt.Errorf("%s: %w", name, err)
 		}
-		set[key] = true
 	}
 	for _, kv := range overrides {
 		key, value, ok := strings.Cut(kv, "=")
@@ -76,11 +104,10 @@ func Load(path string, environ []string, overrides []string) (Config, error) {
 		if err := c.Set(key, value); err != nil {
 			return Config{}, err
 		}
-		set[key] = true
 	}
 	slices.Sort(unknown)
 	c.unknownEnv = slices.Compact(unknown)
-	c.derive(set)
+	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		if len(c.unknownEnv) > 0 {
 			err = fmt.Errorf("%w\n(ignored environment variables that name no config key: %s)", err, strings.Join(c.unknownEnv, ", "))
@@ -108,28 +135,6 @@ func EnvKey(name string) (key string, ok bool) {
 		}
 	}
 	return "", false
-}
-
-// derive fills the keys that follow the lease TTL when they were not set.
-func (c *Config) derive(set map[string]bool) {
-	ttl := c.Lease.TTL
-	if !set["lease.keepalive_interval"] {
-		c.Lease.KeepAliveInterval = ttl / 3
-	}
-	if !set["lease.keepalive_timeout"] {
-		c.Lease.KeepAliveTimeout = ttl / 6
-	}
-	if !set["detachment.margin"] {
-		c.Detachment.Margin = ttl / 3
-	}
-	if !set["sharding.lock_refresh_interval"] {
-		c.Sharding.LockRefreshInterval = ttl / 3
-	}
-	// An unspecified admin host is not copied: New derives the host to
-	// advertise (advertise.go).
-	if host, _, err := net.SplitHostPort(c.AdminAddr); !set["advertise_addr"] && c.AdvertiseAddr == "" && (err != nil || !unspecifiedHost(host)) {
-		c.AdvertiseAddr = c.AdminAddr
-	}
 }
 
 // EnvName returns the environment variable of a key: TENURE_ETCD_ENDPOINTS

@@ -119,6 +119,7 @@ func WithTypes(register func(*entity.Host) error) Option {
 // Run starts it. Nothing connects before Run. It logs one warning naming
 // the environment variables Load ignored (cfg.UnknownEnv).
 func New(cfg Config, opts ...Option) (*Runner, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -112,6 +112,7 @@ type Store interface {
 // New returns a Manager for the runner self in the cluster described by
 // meta. Nothing happens until Run.
 func New(store Store, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Config, opts ...Option) (*Manager, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

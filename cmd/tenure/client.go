@@ -47,7 +47,7 @@ type CLI struct {
 }
 
 // ConfigEnv names the config file when --config is not given.
-const ConfigEnv = "TENURE_CONFIG"
+const ConfigEnv = runner.ConfigEnv
 
 // ErrNoConfig reports that no config was given and none was found.
 var ErrNoConfig = errors.New("no config: run `tenure dev` here, pass --config or set " + ConfigEnv)
@@ -57,7 +57,7 @@ var ErrNotInitialised = runner.ErrClusterNotFound
 
 // devConfigPath is where `tenure dev` writes its config, relative to the
 // working directory.
-var devConfigPath = filepath.Join(DevDir, "tenure.yaml")
+var devConfigPath = filepath.FromSlash(runner.DevConfigPath)
 
 // LoadConfig loads the config: the file of --config, else of
 // $TENURE_CONFIG, else ./.tenure-dev/tenure.yaml when it exists, then the TENURE_* variables of
@@ -83,33 +83,30 @@ func (c *CLI) loadConfig(overrides []string) (runner.Config, error) {
 	}
 	cfg, err := runner.Load(path, environ, overrides)
 	if err == nil {
+		if path == os.DevNull {
+			path = ""
+		}
 		c.loaded = &loadedConfig{path: path, dev: isDevConfig(path, cfg)}
 	}
 	return cfg, err
 }
 
 // configSource returns the config file to load ("" for none) and the
-// environment without TENURE_CONFIG, which names no key: runner.Load
-// would warn about it.
+// environment: --config, else the file runner.FindConfig finds
+// ($TENURE_CONFIG, else ./.tenure-dev/tenure.yaml), else none when
+// TENURE_* variables configure the commands on their own.
 func (c *CLI) configSource() (path string, environ []string, err error) {
-	environ = slices.DeleteFunc(slices.Clone(c.Environ), func(kv string) bool {
-		if v, ok := strings.CutPrefix(kv, ConfigEnv+"="); ok {
-			path = v
-			return true
-		}
-		return false
-	})
-	if c.ConfigPath != "" {
-		path = c.ConfigPath
+	path = c.ConfigPath
+	if path == "" {
+		path = runner.FindConfig(c.Environ)
+	}
+	if path == "" && !slices.ContainsFunc(c.Environ, configEnv) {
+		return "", nil, ErrNoConfig
 	}
 	if path == "" {
-		if _, err := os.Stat(devConfigPath); err == nil {
-			path = devConfigPath
-		} else if !slices.ContainsFunc(environ, configEnv) {
-			return "", nil, ErrNoConfig
-		}
+		path = os.DevNull // configured by the environment alone
 	}
-	return path, environ, nil
+	return path, c.Environ, nil
 }
 
 // configEnv reports whether kv sets a config key.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -80,7 +81,9 @@ func (e *env) newClusterWith(ctx context.Context, scenario string, shards int, l
 
 // config returns the runner config of runner id.
 func (c *cluster) config(id string, extra ...string) (runner.Config, error) {
-	cfg, err := runner.Load("", nil, append(append(slices.Clone(c.overrides), "runner_id="+id), extra...))
+	// No config file, whatever the working directory holds: the bench's
+	// runners are configured by their overrides alone.
+	cfg, err := runner.Load(os.DevNull, nil, append(append(slices.Clone(c.overrides), "runner_id="+id), extra...))
 	if err != nil {
 		return runner.Config{}, fmt.Errorf("bench: runner %s config: %w", id, err)
 	}

@@ -2,6 +2,7 @@ package runnermetrics
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func Gather(t testing.TB) map[string]bool {
 	t.Helper()
 	etcdSrv, s3Srv := testenv.SharedEtcd(t), testenv.SharedS3(t)
 	ak, sk := s3Srv.Credentials()
-	cfg, err := runner.Load("", nil, []string{
+	cfg, err := runner.Load(os.DevNull, nil, []string{
 		"cluster=" + testenv.Name(t, 40), "runner_id=metrics", "shards=2", "admin_addr=",
 		"etcd.endpoints=" + etcdSrv.Endpoint(),
 		"s3.endpoint=" + s3Srv.Endpoint(), "s3.region=" + s3Srv.Region(), "s3.bucket=" + s3Srv.Bucket(t), "s3.path_style=true",
