@@ -335,13 +335,12 @@ func TestBenchChildProcesses(t *testing.T) {
 
 // TestBenchBinary runs `tenure bench` as users do, with its own embedded
 // servers: stdout must hold the JSON report alone (the S3 gateway prints a
-// notice on stdout, which the bench diverts). It needs the bench command
-// registered in main.go.
+// notice on stdout, which the bench diverts).
 func TestBenchBinary(t *testing.T) {
 	bin := buildTenure(t)
 	ctx := testCtx(t, 3*time.Minute)
-	if err := exec.CommandContext(ctx, bin, "bench", "--help").Run(); err != nil {
-		t.Skipf("the built tenure has no bench command yet (main.go registers it): %v", err)
+	if out, err := exec.CommandContext(ctx, bin, "bench", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "failover") {
+		t.Fatalf("tenure bench --help: %v; want the scenarios listed:\n%s", err, out)
 	}
 	dir := filepath.Join(t.TempDir(), "data")
 	cmd := exec.CommandContext(ctx, bin, "bench", "latency", "--quick", "--json", "--data", dir)

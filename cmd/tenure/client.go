@@ -44,6 +44,11 @@ type CLI struct {
 	benchBase bench.Options
 	// loaded is the config last loaded, for error hints (nil: none).
 	loaded *loadedConfig
+	// defaultConfig is the file loaded when no config is named, if it
+	// exists ("": devConfigPath, in the working directory). Tests name one
+	// of their own: a ./.tenure-dev a developer left in the package's
+	// directory must not change what they see.
+	defaultConfig string
 }
 
 // ConfigEnv names the config file when --config is not given.
@@ -103,8 +108,12 @@ func (c *CLI) configSource() (path string, environ []string, err error) {
 		path = c.ConfigPath
 	}
 	if path == "" {
-		if _, err := os.Stat(devConfigPath); err == nil {
-			path = devConfigPath
+		def := c.defaultConfig
+		if def == "" {
+			def = devConfigPath
+		}
+		if _, err := os.Stat(def); err == nil {
+			path = def
 		} else if !slices.ContainsFunc(environ, configEnv) {
 			return "", nil, ErrNoConfig
 		}
