@@ -1,3 +1,5 @@
+//go:build !release
+
 package main
 
 import (
@@ -201,25 +203,6 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
-}
-
-// pkgDir is this package's directory, read before any test starts the
-// shared S3 gateway (which changes the working directory).
-var pkgDir, _ = os.Getwd()
-
-// buildTenure builds the tenure binary, for the scenarios that start
-// runner processes (in tests os.Executable is the test binary).
-func buildTenure(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tenure")
-	ctx := testCtx(t, 5*time.Minute)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir = pkgDir
-	out, err := build.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // processesOf returns the command lines of the processes whose command

@@ -18,7 +18,6 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
-	"github.com/tenurehq/tenure/internal/bench"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -41,7 +40,7 @@ type CLI struct {
 	output string
 	// benchBase is the base of `tenure bench`'s options (tests point its
 	// Executable and Infra at a built binary and shared servers).
-	benchBase bench.Options
+	benchBase benchOptions
 	// loaded is the config last loaded, for error hints (nil: none).
 	loaded *loadedConfig
 	// defaultConfig is the file loaded when no config is named, if it
