@@ -2,7 +2,9 @@
 # The tenure image: a static binary on distroless/static, non-root.
 #   docker build --build-arg VERSION=v1.2.3 -t REGISTRY/tenure:v1.2.3 .
 # The build flags live in deploy/build-binary.sh, which deploy's tests run
-# too (this machine builds no images): change them there.
+# too (this machine builds no images): change them there. It builds the
+# release binary (-tags release): no `tenure dev` or `tenure bench`, so no
+# embedded etcd server or S3 gateway in the image.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -13,14 +13,23 @@ SOAK_SEED           ?=
 SOAK_TIMEOUT        ?= 120m
 SOAK_LOG            ?= /tmp/tenure-soak.log
 
-.PHONY: all test lint bench integration soak dev build tidy generate
+.PHONY: all test lint bench integration soak dev build release tidy generate
 
 all: lint test
 
-## build: compile every package and the tenure binary into bin/
+## build: compile every package and the tenure binary into bin/ (every
+## command, `tenure dev` and `tenure bench` included)
 build:
 	$(GO) build ./...
 	$(GO) build -o bin/tenure ./cmd/tenure
+
+## release: the release binary into RELEASE_OUT, as the image builds it
+## (deploy/build-binary.sh: -tags release, static, stripped, stamped with
+## VERSION, default dev): without `tenure dev` and `tenure bench`, so
+## without the embedded etcd server and S3 gateway
+RELEASE_OUT ?= bin/release/tenure
+release:
+	sh deploy/build-binary.sh $(RELEASE_OUT) "$(VERSION)"
 
 ## test: lint, then every test with the race detector, the deployment
 ## kit's (deploy/, a module of its own for the Kubernetes API types) included
@@ -34,14 +43,18 @@ test: lint
 ## built for Windows and macOS: platform-specific code (process groups,
 ## signals) must sit behind build tags, or embedding services there fail.
 ## Without cgo: a cross build with it needs the target's C toolchain (CI
-## sets CGO_ENABLED=1 for -race), and the module uses none
+## sets CGO_ENABLED=1 for -race), and the module uses none. The release
+## build of cmd/tenure (-tags release) is vetted and cross-built too
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags release ./cmd/tenure/
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
 	cd deploy && $(GO) vet ./...
 	@cd deploy && $(GO) mod tidy -diff || { echo "deploy/go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
 	CGO_ENABLED=0 GOOS=windows $(GO) build ./...
 	CGO_ENABLED=0 GOOS=darwin $(GO) build ./...
+	CGO_ENABLED=0 GOOS=windows $(GO) build -tags release ./cmd/tenure/
+	CGO_ENABLED=0 GOOS=darwin $(GO) build -tags release ./cmd/tenure/
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))"; \
 	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
 

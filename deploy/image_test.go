@@ -3,12 +3,15 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -61,7 +64,9 @@ func TestDockerfile(t *testing.T) {
 // TestBinaryStatic builds tenure exactly as the image does
 // (deploy/build-binary.sh) and checks the result: a static ELF (no
 // interpreter, no shared libraries), stripped, without the build
-// machine's paths, and `tenure version` reports the stamped version.
+// machine's paths, the release build (-tags release) linking neither the
+// etcd server nor VersityGW, whose `tenure dev` says where to find it,
+// and `tenure version` reports the stamped version.
 func TestBinaryStatic(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is linux; the ELF checks need a linux build")
@@ -104,6 +109,8 @@ func TestBinaryStatic(t *testing.T) {
 		t.Errorf("the binary contains the build path %s: -trimpath did not apply", root)
 	}
 
+	checkRelease(t, out)
+
 	vctx, vcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer vcancel()
 	cmd := exec.CommandContext(vctx, out, "version")
@@ -114,5 +121,51 @@ func TestBinaryStatic(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(^|\s)` + regexp.QuoteMeta(version) + `(\s|$)`).Match(got) {
 		t.Errorf("tenure version printed %q, want the stamped %s", got, version)
+	}
+}
+
+// devOnlyModules are the modules `tenure dev` and `tenure bench` bring in
+// (an etcd server, an S3 gateway with its fiber, NATS, Kafka, RabbitMQ,
+// Vault and LDAP clients): the image's binary links none of them.
+var devOnlyModules = []string{"go.etcd.io/etcd/server", "github.com/versity/versitygw"}
+
+// checkRelease checks that the binary at path is the release build: built
+// with -tags release, linking none of devOnlyModules, and its `tenure dev`
+// exits 2 saying how to get one.
+func checkRelease(t *testing.T, path string) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading the build info of %s: %v", path, err)
+	}
+	if !slices.ContainsFunc(info.Settings, func(s debug.BuildSetting) bool {
+		return s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "release")
+	}) {
+		t.Errorf("build settings %v: want -tags=release", info.Settings)
+	}
+	var linked []string
+	for _, d := range info.Deps {
+		for _, m := range devOnlyModules {
+			if d.Path == m || strings.HasPrefix(d.Path, m+"/") {
+				linked = append(linked, d.Path+"@"+d.Version)
+			}
+		}
+	}
+	if len(linked) > 0 {
+		t.Errorf("the image's binary links %v: the dev and bench commands' modules", linked)
+	}
+	t.Logf("%d modules linked", len(info.Deps))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "dev")
+	cmd.Dir = t.TempDir()
+	cmd.Env = []string{"HOME=" + t.TempDir()}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stderr.String(), "not in this release build") || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("tenure dev: %v, stderr %q; want exit 2 and one line saying it is not in this build", err, stderr.String())
 	}
 }

@@ -1,3 +1,5 @@
+//go:build !release
+
 package main
 
 import (
@@ -34,6 +36,11 @@ scenarios:
   state       durable entity state (the built-in counter): cold, warm and post-handoff
               activation and save latency, S3 requests per activation and per save
 `
+
+// benchOptions is what CLI.benchBase holds: the base of `tenure bench`'s
+// options, a type of its own so that the release build, which has no
+// bench, can make it empty.
+type benchOptions = bench.Options
 
 func newBenchCmd(cli *CLI) *cobra.Command {
 	var (

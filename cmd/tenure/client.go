@@ -18,7 +18,6 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
-	"github.com/tenurehq/tenure/internal/bench"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -41,9 +40,14 @@ type CLI struct {
 	output string
 	// benchBase is the base of `tenure bench`'s options (tests point its
 	// Executable and Infra at a built binary and shared servers).
-	benchBase bench.Options
+	benchBase benchOptions
 	// loaded is the config last loaded, for error hints (nil: none).
 	loaded *loadedConfig
+	// defaultConfig is the file loaded when no config is named, if it
+	// exists ("": devConfigPath, in the working directory). Tests name one
+	// of their own: a ./.tenure-dev a developer left in the package's
+	// directory must not change what they see.
+	defaultConfig string
 }
 
 // ConfigEnv names the config file when --config is not given.
@@ -91,19 +95,31 @@ func (c *CLI) loadConfig(overrides []string) (runner.Config, error) {
 	return cfg, err
 }
 
-// configSource returns the config file to load ("" for none) and the
-// environment: --config, else the file runner.FindConfig finds
-// ($TENURE_CONFIG, else ./.tenure-dev/tenure.yaml), else none when
-// TENURE_* variables configure the commands on their own.
+// configSource returns the config file to load and the environment:
+// --config, else $TENURE_CONFIG, else the default file (runner.FindConfig's
+// ./.tenure-dev/tenure.yaml, or defaultConfig) when it exists, else none
+// (os.DevNull) when TENURE_* variables configure the commands on their
+// own.
 func (c *CLI) configSource() (path string, environ []string, err error) {
 	path = c.ConfigPath
-	if path == "" {
-		path = runner.FindConfig(c.Environ)
+	for _, kv := range c.Environ {
+		if v, ok := strings.CutPrefix(kv, ConfigEnv+"="); ok && path == "" {
+			path = v
+		}
 	}
-	if path == "" && !slices.ContainsFunc(c.Environ, configEnv) {
-		return "", nil, ErrNoConfig
+	if path == "" {
+		def := c.defaultConfig
+		if def == "" {
+			def = devConfigPath
+		}
+		if _, err := os.Stat(def); err == nil {
+			path = def
+		}
 	}
 	if path == "" {
+		if !slices.ContainsFunc(c.Environ, configEnv) {
+			return "", nil, ErrNoConfig
+		}
 		path = os.DevNull // configured by the environment alone
 	}
 	return path, c.Environ, nil

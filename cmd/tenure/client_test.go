@@ -260,13 +260,27 @@ func assertOneLine(t *testing.T, what string, err error, want string) {
 
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := os.Stat(devConfigPath); err == nil {
-		t.Skipf("%s exists in the working directory", devConfigPath)
-	}
-	cli := &CLI{Stderr: &bytes.Buffer{}, Stdout: &bytes.Buffer{}}
+	// The default file is looked for in dir, which has none whatever the
+	// working directory holds.
+	def := filepath.Join(dir, DevDir, "tenure.yaml")
+	cli := &CLI{Stderr: &bytes.Buffer{}, Stdout: &bytes.Buffer{}, defaultConfig: def}
 	_, err := cli.LoadConfig(nil)
 	if !errors.Is(err, ErrNoConfig) || err.Error() != "no config: run `tenure dev` here, pass --config or set TENURE_CONFIG" {
 		t.Errorf("no config anywhere: err = %v, want ErrNoConfig", err)
+	}
+
+	// Once there, the default file is the config.
+	if err := os.MkdirAll(filepath.Dir(def), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(def, []byte("cluster: c8\netcd:\n  endpoints: [http://127.0.0.1:2379]\ns3:\n  bucket: b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := cli.LoadConfig(nil); err != nil || cfg.Cluster != "c8" {
+		t.Errorf("the default file %s: cluster %q, %v; want c8 from it", def, cfg.Cluster, err)
+	}
+	if err := os.Remove(def); err != nil {
+		t.Fatal(err)
 	}
 
 	// TENURE_* variables alone are a config (containers have no file).
@@ -418,11 +432,12 @@ func TestUnknownEnvIgnored(t *testing.T) {
 	_, _, err := runCmdEnv(t, c.cfgPath, append(slices.Clone(env), "TENURE_SHARDS=many"), Status)
 	assertOneLine(t, "bad value", err, "TENURE_SHARDS")
 
-	// Variables that name no key do not make a config on their own.
-	if _, err := os.Stat(devConfigPath); err == nil {
-		t.Skipf("%s exists in the working directory", devConfigPath)
-	}
-	_, _, err = runCmdEnv(t, "", env, Status)
+	// Variables that name no key do not make a config on their own. The
+	// default file is looked for where there is none, whatever the working
+	// directory holds.
+	cli := &CLI{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Environ: env, Version: "test",
+		defaultConfig: filepath.Join(t.TempDir(), DevDir, "tenure.yaml")}
+	err = Status(testCtx(t, 60*time.Second), cli, nil)
 	if !errors.Is(err, ErrNoConfig) {
 		t.Errorf("only unknown TENURE_* variables: err = %v, want ErrNoConfig", err)
 	}

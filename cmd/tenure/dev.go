@@ -1,3 +1,5 @@
+//go:build !release
+
 package main
 
 import (
@@ -25,24 +27,6 @@ import (
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
-)
-
-// DevDir is where `tenure dev` keeps its state and config by default, and
-// where the other commands look for the config.
-const DevDir = ".tenure-dev"
-
-// Dev cluster defaults: fixed loopback ports, so that a restart finds the
-// same endpoints, and credentials that are obviously not for production.
-const (
-	devEtcdClient = "127.0.0.1:23790"
-	devEtcdPeer   = "127.0.0.1:23791"
-	devS3         = "127.0.0.1:23900"
-	devAdminBase  = 23910
-	devAccessKey  = "tenure-dev"
-	devSecretKey  = "tenure-dev-secret"
-	devBucket     = "tenure"
-	devCluster    = "dev"
-	devShards     = 64
 )
 
 const devLong = `Starts a local cluster in this process: an embedded etcd, an embedded S3

@@ -1,3 +1,5 @@
+//go:build !release
+
 package main
 
 import (
@@ -165,4 +167,86 @@ func devConfigToken(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return cfg.Admin.Token
+}
+
+// TestDevWithoutRunners is the acceptance on `tenure dev --runners 0`
+// (the infrastructure alone), run as processes: `tenure task submit echo
+// --wait --wait-timeout 2s` exits 3 soon after its 2s, saying that no
+// runner took the task; once the dev cluster is stopped, a command with
+// its config fails at once (not after the 5s dial timeout), naming the
+// etcd endpoint and suggesting `tenure dev`.
+func TestDevWithoutRunners(t *testing.T) {
+	data := t.TempDir()
+	var addrs []string
+	for range 4 {
+		a, err := embedded.FreeStableAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, a)
+	}
+	cfgPath := filepath.Join(data, "tenure.yaml")
+	d := startDev(t, data, addrs, "--runners", "0")
+
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "--config", cfgPath, "task", "submit", "echo", "--wait", "--wait-timeout", "2s")
+	cmd.Env = append(os.Environ(), cliMainEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err = cmd.Run()
+	elapsed := time.Since(start)
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != exitTimedOut || !strings.Contains(stderr.String(), `no runner took it: no runner is live in cluster "dev"`) {
+		t.Fatalf("tenure task submit echo --wait --wait-timeout 2s: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+	}
+	// The acceptance is 3s on a developer's machine; a loaded test
+	// machine gets more room (the process start of a race-built binary
+	// is in it).
+	if elapsed > 8*time.Second {
+		t.Errorf("the process exited after %s", elapsed)
+	}
+	t.Logf("tenure task submit echo --wait --wait-timeout 2s (a process, no runner) exited 3 after %s", elapsed.Round(time.Millisecond))
+
+	d.stop(t)
+	start = time.Now()
+	code, _, errOut := mainRun(t, nil, "--config", cfgPath, "status")
+	elapsed = time.Since(start)
+	if code != 1 || !strings.Contains(errOut, "etcd dial at http://"+addrs[0]) || !strings.Contains(errOut, "connection refused (nothing listens there)") ||
+		!strings.Contains(errOut, "is the local cluster running? start it with `tenure dev`") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("status with tenure dev stopped: exit %d, stderr %q", code, errOut)
+	}
+	if elapsed > 3*time.Second {
+		t.Errorf("status with nothing at the etcd endpoint took %s: it waited out the dial timeout", elapsed)
+	}
+	t.Logf("status with tenure dev stopped failed after %s", elapsed.Round(time.Millisecond))
+}
+
+// TestDevToken: a data directory keeps its admin token; a new one gets a
+// random 32-byte token.
+func TestDevToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenure.yaml")
+	a, err := devToken(path)
+	if err != nil || len(a) != 64 {
+		t.Fatalf("new token %q (%v), want 64 hex digits", a, err)
+	}
+	b, _ := devToken(path)
+	if a == b {
+		t.Errorf("two new data directories got the same token %s", a)
+	}
+	cfg := runner.DefaultConfig()
+	cfg.Admin.Token = a
+	if err := writeDevConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := devToken(path); err != nil || again != a {
+		t.Errorf("token of an existing config: %q (%v), want %q", again, err, a)
+	}
+	loaded, err := runner.Load(path, nil, []string{"s3.bucket=x", "etcd.endpoints=http://127.0.0.1:1"})
+	if err != nil || loaded.Admin.Token != a {
+		t.Errorf("the written config loads with admin.token %q (%v), want %q", loaded.Admin.Token, err, a)
+	}
 }

@@ -102,8 +102,9 @@ func exitCode(err error) int {
 	return 1
 }
 
-// errUsageShown is the usage error of tenure run without a command: the
-// usage on stderr says it all.
+// errUsageShown is a usage error already told on stderr: the usage of
+// tenure without a command, the line of a command the release build
+// leaves out (release.go).
 var errUsageShown = usageError{errors.New("usage shown")}
 
 // execute runs args on a new command tree and returns the command that

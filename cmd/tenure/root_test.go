@@ -248,29 +248,3 @@ func TestAdminToken(t *testing.T) {
 		adm.close()
 	}
 }
-
-// TestDevToken: a data directory keeps its admin token; a new one gets a
-// random 32-byte token.
-func TestDevToken(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tenure.yaml")
-	a, err := devToken(path)
-	if err != nil || len(a) != 64 {
-		t.Fatalf("new token %q (%v), want 64 hex digits", a, err)
-	}
-	b, _ := devToken(path)
-	if a == b {
-		t.Errorf("two new data directories got the same token %s", a)
-	}
-	cfg := runner.DefaultConfig()
-	cfg.Admin.Token = a
-	if err := writeDevConfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if again, err := devToken(path); err != nil || again != a {
-		t.Errorf("token of an existing config: %q (%v), want %q", again, err, a)
-	}
-	loaded, err := runner.Load(path, nil, []string{"s3.bucket=x", "etcd.endpoints=http://127.0.0.1:1"})
-	if err != nil || loaded.Admin.Token != a {
-		t.Errorf("the written config loads with admin.token %q (%v), want %q", loaded.Admin.Token, err, a)
-	}
-}

@@ -55,6 +55,20 @@ const (
 
 // parser accepts 5 fields, an optional leading seconds field (6 fields),
 // and descriptors (@hourly, @every 1s).
+//
+// It stays robfig/cron v3, unmaintained since 2020, on purpose: a tick's
+// time names its tasks (cron-NAME-GENERATION-UNIX), so a parser whose Next
+// differs fires other ticks for the schedules already stored, and runners
+// of two versions, during a rolling upgrade, would fire both. The
+// maintained fork with this API, netresearch/go-cron (v0.9.1), changes
+// Next on purpose: "30 2 * * *" in Europe/Paris fires at 03:30 on the day
+// the clocks skip 02:00-03:00, where robfig does not fire; day-of-month
+// and day-of-week are ANDed, not ORed; "*/90" is refused. adhocore/gronx
+// has no @every and guesses whether a 6th field is seconds or a year;
+// hashicorp/cronexpr reads a 6th field as the year and has no @every.
+// What robfig does here (Parse, then Next of SpecSchedule and
+// ConstantDelaySchedule) is small and settled, and its known panics (TZ=
+// prefixes) are refused or recovered by parse.
 var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Spec describes a schedule to create.
