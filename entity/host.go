@@ -2,6 +2,7 @@ package entity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity/state"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/lifecycle"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -59,10 +61,12 @@ type Host struct {
 	active map[string]*attempt
 	// execs holds every executor until everything it started has
 	// returned, its ownership live or ended.
-	execs    map[*shardExec]struct{}
-	wg       sync.WaitGroup // executors, including those winding down
+	execs map[*shardExec]struct{}
+	// work runs the host's goroutines: every shard's executor (including
+	// those winding down after a loss) and the janitor, each named, so that
+	// a Close that overruns says which shards are still stopping.
+	work     *lifecycle.Stopper
 	resident residents
-	stop     chan struct{}
 }
 
 var (
@@ -79,6 +83,8 @@ type hostOptions struct {
 	tracer   trace.TracerProvider
 	types    *Types // registered before the host existed (WithTypes)
 	caller   Caller // handlers' CallerFrom (WithCaller)
+	// callerOf makes the caller from the host itself (WithCallerOf).
+	callerOf func(*Host) (Caller, error)
 	tasks    *task.Client
 }
 
@@ -139,7 +145,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		waiting:    map[*shardExec]struct{}{},
 		active:     map[string]*attempt{},
 		execs:      map[*shardExec]struct{}{},
-		stop:       make(chan struct{}),
+		work:       lifecycle.New(context.Background(), "entity host "+runnerID),
 	}
 	h.resident.init()
 	h.metrics.types = newTypeLabels(func(typ string) bool { _, ok := h.reg.lookup(typ); return ok })
@@ -149,8 +155,14 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 	for _, typ := range h.single.names() {
 		h.smetrics.init(typ)
 	}
-	h.wg.Add(1)
-	go h.janitor()
+	if o.callerOf != nil {
+		c, err := o.callerOf(h)
+		if err != nil {
+			return nil, err
+		}
+		h.caller = c
+	}
+	h.work.Go("janitor", h.janitor)
 	return h, nil
 }
 
@@ -177,14 +189,15 @@ func (h *Host) ShardAcquired(o sharding.Ownership) {
 	h.shards[o.Shard] = e
 	h.routes.Store(o.Shard, e)
 	h.execs[e] = struct{}{}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
+	err := h.work.Go(fmt.Sprintf("shard %s (epoch %d)", o.Shard, o.Epoch), func(context.Context) {
 		e.run()
 		h.mu.Lock()
 		delete(h.execs, e)
 		h.mu.Unlock()
-	}()
+	})
+	if err != nil { // unreachable: the host quiesces only in Close, under mu
+		h.log.Error("shard acquired by a closing host; not served", "shard", o.Shard.String(), "err", err)
+	}
 }
 
 // ShardReleasing hands the shard over: its handlers have been cancelled; it
@@ -218,11 +231,10 @@ func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
 	h.log.Debug("shard lost; abandoning its tasks to takeover", "shard", o.Shard.String(), "reason", reason)
 	h.routes.CompareAndDelete(o.Shard, e)
 	e.decide(nil, false)
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		e.awaitInterrupt(string(reason))
-	}()
+	name := fmt.Sprintf("shard %s (epoch %d) winding down", o.Shard, o.Epoch)
+	if err := h.work.Go(name, func(context.Context) { e.awaitInterrupt(string(reason)) }); err != nil {
+		e.awaitInterrupt(string(reason)) // the host is closing: wind down here
+	}
 }
 
 // Quiesce returns once the work of every ownership that has ended (and of
@@ -303,6 +315,7 @@ func (h *Host) Close(ctx context.Context) error {
 		return nil
 	}
 	h.closed = true
+	h.work.Quiesce()
 	execs := make([]*shardExec, 0, len(h.shards))
 	for s, e := range h.shards {
 		execs = append(execs, e)
@@ -313,16 +326,15 @@ func (h *Host) Close(ctx context.Context) error {
 	for _, e := range execs {
 		e.decide(nil, false)
 	}
-	close(h.stop)
-	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("entity: host close: executors still running: %w", ctx.Err())
+	h.work.Cancel(errHostClosed) // the janitor
+	if err := h.work.Stop(ctx); err != nil {
+		return fmt.Errorf("entity: host close: %w", err)
 	}
+	return nil
 }
+
+// errHostClosed is the cause the host's own goroutines end with.
+var errHostClosed = errors.New("entity: host closed")
 
 // acquireSlot takes a runner-wide handler slot without blocking; on failure
 // e is remembered and kicked when a slot frees.
@@ -361,14 +373,13 @@ func (h *Host) releaseSlot() {
 	}
 }
 
-// janitor passivates idle entity instances.
-func (h *Host) janitor() {
-	defer h.wg.Done()
+// janitor passivates idle entity instances until ctx ends (Close).
+func (h *Host) janitor(ctx context.Context) {
 	tick := time.NewTicker(max(h.cfg.MaxIdle/4, 50*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 			h.resident.passivateIdle(h, time.Now().Add(-h.cfg.MaxIdle))

@@ -108,6 +108,15 @@ type callerKey struct{}
 // CallerFrom (default: one that returns ErrNoCaller).
 func WithCaller(c Caller) Option { return func(o *hostOptions) { o.caller = c } }
 
+// WithCallerOf makes the host's Caller once the host exists, from the host
+// itself: the runner's messaging client delivers calls to the entities the
+// runner holds straight to the host, so it needs the host, which needs it.
+// NewHost calls f before it returns (and fails with f's error); f must not
+// use the host but to keep it. It replaces WithCaller.
+func WithCallerOf(f func(*Host) (Caller, error)) Option {
+	return func(o *hostOptions) { o.callerOf = f }
+}
+
 // ContextWithCaller returns ctx carrying c, for CallerFrom.
 func ContextWithCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)

@@ -135,7 +135,7 @@ func (t *Types) RegisterSingleton(typ string, f SingletonFactory) error {
 // group and shard count); without one they never start, and NewHost
 // refuses singleton types it cannot place.
 func (h *Host) RegisterSingleton(typ string, f SingletonFactory) error {
-	if h.stop != nil && h.taskClient == nil { // a live host, not Types.Collect's
+	if h.work != nil && h.taskClient == nil { // a live host, not Types.Collect's
 		return fmt.Errorf("%w: singleton type %q needs a task client (WithTaskClient) to be placed", ErrInvalidConfig, typ)
 	}
 	if err := h.single.register(typ, f); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/shardkey"
+	"github.com/tenurehq/tenure/lifecycle"
 	"github.com/tenurehq/tenure/messaging/internal/callpb"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -83,16 +84,14 @@ func (s *Server) Stop(ctx context.Context) {
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.StopTimeout)
 		defer cancel()
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.grpc.GracefulStop()
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	// The graceful stop is the server's one goroutine of its own; a call
+	// is served on grpc's, and counted there, not on the hot path here.
+	work := lifecycle.New(context.Background(), "call server")
+	work.Go("graceful stop: wait for the running calls", func(context.Context) { s.grpc.GracefulStop() })
+	if err := work.Stop(ctx); err != nil {
+		// Cut the calls still running: their callers get ErrOutcomeUnknown.
 		s.grpc.Stop()
-		<-done
+		work.Stop(context.Background())
 	}
 }
 

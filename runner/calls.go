@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -163,47 +162,9 @@ func (c *calls) close(timeout time.Duration) {
 	<-c.done
 }
 
-// lateCaller is the host's Caller before the runner's messaging exists (the
-// host is made first; handlers run only later).
-type lateCaller struct {
-	mu sync.Mutex
-	c  entity.Caller
-}
-
-func (l *lateCaller) set(c entity.Caller) {
-	l.mu.Lock()
-	l.c = c
-	l.mu.Unlock()
-}
-
-func (l *lateCaller) get() (entity.Caller, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.c == nil {
-		return nil, errCallsNotStarted
-	}
-	return l.c, nil
-}
-
+// errCallsNotStarted is the error of a call made through a runner whose
+// messaging has not started yet (Run has not got that far).
 var errCallsNotStarted = errors.New("runner: entity messaging not started")
-
-// Call implements entity.Caller.
-func (l *lateCaller) Call(ctx context.Context, typ, id string, body []byte) ([]byte, error) {
-	c, err := l.get()
-	if err != nil {
-		return nil, err
-	}
-	return c.Call(ctx, typ, id, body)
-}
-
-// Send implements entity.Caller.
-func (l *lateCaller) Send(ctx context.Context, typ, id string, body []byte) error {
-	c, err := l.get()
-	if err != nil {
-		return err
-	}
-	return c.Send(ctx, typ, id, body)
-}
 
 // Call calls the entity (typ, id) wherever it lives and returns its reply
 // (see messaging.Client.Call for the failover rules). A client made by

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/lifecycle"
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
@@ -242,13 +243,12 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if !r.life.begin() {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, ErrRunAgain)
 	}
-	// Clients sharing the connections (Client) learn of the stop before
-	// the connections close, so that they report ErrStopped rather than a
-	// closed connection.
-	defer func() {
-		r.life.end(err)
-		r.closeStores()
-	}()
+	// The goroutines the runner starts itself; the components own theirs.
+	work := lifecycle.New(context.WithoutCancel(ctx), "runner "+r.cfg.RunnerID)
+	// Every way out runs the stop order (stop.go), whatever was started.
+	graceful := false
+	var cs *calls // entity messaging, once started; published once serving
+	defer func() { r.shutdown(work, cs, graceful, &err).Run(context.Background(), r.log) }()
 	r.mu.Lock()
 	r.started = time.Now()
 	r.mu.Unlock()
@@ -277,39 +277,43 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
 	}
-	caller := &lateCaller{}
-	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
-		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer), entity.WithCaller(caller),
-		entity.WithTaskClient(tc))
-	if err != nil {
-		return err
-	}
+	// The messaging client delivers to the entities this runner holds
+	// straight to the host, and the host's handlers call through it: the
+	// host makes it once it exists (WithCallerOf).
 	mc := messagingConfig(r.cfg, stored.Shards, group)
-	cs, err := startCalls(r.cfg, r.rs, mc, r.cfg.RunnerID, host, r.base, r.reg, r.tracer)
+	host, err := entity.NewHost(r.tasks, r.rs, r.cfg.RunnerID, r.cfg.EntityConfig(), entity.WithTypes(r.types),
+		entity.WithLogger(r.base), entity.WithRegistry(r.reg), entity.WithTracerProvider(r.tracer), entity.WithTaskClient(tc),
+		entity.WithCallerOf(func(h *entity.Host) (entity.Caller, error) {
+			var err error
+			cs, err = startCalls(r.cfg, r.rs, mc, r.cfg.RunnerID, h, r.base, r.reg, r.tracer)
+			if err != nil {
+				return nil, err
+			}
+			return cs.client, nil
+		}))
 	if err != nil {
 		return err
 	}
-	caller.set(cs.client)
-	// Stops after the host (below, and on every early return): see calls.go.
-	defer cs.close(r.cfg.Sharding.InterruptTimeout.Std())
+	r.mu.Lock()
+	r.host = host
+	r.mu.Unlock()
 	if err := cs.serve(r.cfg, mc, host, r.base, r.reg, r.tracer); err != nil {
 		return err
 	}
 	// Published once serving: Status reads the call listener's address
 	// from another goroutine.
 	r.mu.Lock()
-	r.host, r.calls = host, cs
+	r.calls = cs
 	r.mu.Unlock()
 	if err := r.startAdmin(); err != nil {
 		return err
 	}
-	defer r.stopAdmin()
 	self := storage.RunnerInfo{
 		ID: r.cfg.RunnerID, Addr: r.advertise(), CallAddr: cs.advertise(r.cfg), Weight: r.cfg.Weight,
 		Groups: r.cfg.Groups, Version: Version, StartedAt: r.started.UTC(),
 	}
 	mgr, err := sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
-		sharding.WithHandler(r.host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))
+		sharding.WithHandler(host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))
 	if err != nil {
 		return err
 	}
@@ -318,19 +322,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	r.mu.Unlock()
 	r.registerInfo()
 
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-	var wg sync.WaitGroup
 	runErr := make(chan error, 1)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		runErr <- r.mgr.Run(runCtx)
-	}()
-	go func() {
-		defer wg.Done()
-		r.watchDynamic(runCtx)
-	}()
+	work.Go("sharding manager", func(ctx context.Context) { runErr <- mgr.Run(ctx) })
+	work.Go("dynamic config watch", r.watchDynamic)
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
@@ -339,27 +333,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	select {
 	case err := <-runErr:
 		// The manager ended on its own: a startup failure.
-		stopRun()
-		wg.Wait()
-		r.closeHost()
 		return err
 	case <-ctx.Done():
 	}
-	// Graceful stop: stop taking work, hand the shards over, release, close.
 	r.log.Info("stopping: draining shards", "timeout", r.cfg.DrainTimeout)
-	dctx, cancelDrain := context.WithTimeout(context.Background(), r.cfg.DrainTimeout.Std())
-	r.setDraining()
-	if err := r.mgr.Drain(dctx); err != nil {
-		r.log.Warn("drain incomplete; remaining shards free when the lease is revoked", "err", err)
-	}
-	cancelDrain()
-	stopRun() // interrupts what is left and revokes the lease
-	wg.Wait()
-	r.closeHost()
-	r.mu.Lock()
-	r.registered = false
-	r.mu.Unlock()
-	r.log.Info("runner stopped")
+	graceful = true
 	return nil
 }
 

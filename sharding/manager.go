@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurehq/tenure/detachment"
+	"github.com/tenurehq/tenure/lifecycle"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -204,39 +205,58 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.machine.Close()
 		return err
 	}
-	var wg sync.WaitGroup
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	defer stopLoop()
-	wg.Add(2)
-	go func() { defer wg.Done(); m.watchMembership(loopCtx) }()
-	go func() { defer wg.Done(); m.loop(loopCtx) }()
+	work := lifecycle.New(ctx, "sharding manager "+m.self.ID)
+	work.Go("membership watch", m.watchMembership)
+	work.Go("shard loop", m.loop)
 
 	<-ctx.Done()
-	// Shutdown order: stop taking work, interrupt, release, close.
-	stopLoop()
-	wg.Wait()
-	m.debounce.stop()
-	m.machine.Detach(detachment.ReasonStopped) // cancels every shard context
-	m.machine.Close()
-	// Revoking the lease frees every lock at once: first let the handlers
-	// return, so that no successor takes a shard whose work still runs.
-	if q, ok := m.notify.h.(Quiescer); ok {
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
-		q.Quiesce(qctx)
-		cancel()
-	}
-	m.mu.Lock()
-	ss := m.session
-	m.forgetLocked()
-	m.mu.Unlock()
-	if ss != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
-		defer cancel()
-		if err := ss.Close(cctx); err != nil {
-			m.log.Warn("revoking the lease failed; locks free when it expires", "err", err)
-		}
-	}
+	m.shutdown(ctx, work).Run(context.WithoutCancel(ctx), m.log)
 	return nil
+}
+
+// shutdown is the manager's stop order: stop taking work, interrupt,
+// release, close. Revoking the lease frees every lock at once, so the
+// handlers are let return first: no successor takes a shard whose work
+// still runs.
+func (m *Manager) shutdown(ctx context.Context, work *lifecycle.Stopper) lifecycle.Shutdown {
+	return lifecycle.Shutdown{
+		{Name: "stop the membership watch and the shard loop", Do: func(context.Context) error {
+			work.Cancel(ctx.Err())
+			return work.Stop(context.Background())
+		}},
+		{Name: "stop the rebalance timer", Do: func(context.Context) error {
+			m.debounce.stop()
+			return nil
+		}},
+		{Name: "detach: cancel every shard context", Do: func(context.Context) error {
+			m.machine.Detach(detachment.ReasonStopped)
+			m.machine.Close()
+			return nil
+		}},
+		{Name: "let the handlers return", Do: func(context.Context) error {
+			if q, ok := m.notify.h.(Quiescer); ok {
+				qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
+				defer cancel()
+				q.Quiesce(qctx)
+			}
+			return nil
+		}},
+		{Name: "revoke the lease", Do: func(context.Context) error {
+			m.mu.Lock()
+			ss := m.session
+			m.forgetLocked()
+			m.mu.Unlock()
+			if ss == nil {
+				return nil
+			}
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.InterruptTimeout)
+			defer cancel()
+			if err := ss.Close(cctx); err != nil {
+				m.log.Warn("revoking the lease failed; locks free when it expires", "err", err)
+			}
+			return nil
+		}},
+	}
 }
 
 // adoptProcedure makes the runner use the assignment procedure of an
