@@ -225,6 +225,28 @@ func (e *env) detachReasons() []string {
 	return out
 }
 
+// watchOnly sets the timers of runners started afterwards that could move
+// a shard without a watch event (the safety pass, the acquire retries)
+// past the end of the test (harness.TimersAway): a move within
+// harness.WatchBound was then driven by the watches.
+func (e *env) watchOnly() {
+	e.scfg.AcquireRetryInterval = harness.TimersAway
+	e.scfg.RebalanceInterval = harness.TimersAway
+}
+
+// watchLocks starts an outside observer of the shard locks, on a
+// connection of its own (no runner's proxy), until the test's end.
+func (e *env) watchLocks() *harness.LockTimeline {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	st, err := e.Store(ctx, "", etcd.WithRetryBackoff(20*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return harness.WatchLocks(ctx, st)
+}
+
 // members returns the running runners, by id.
 func (e *env) members() []*node { return e.nodes.Running() }
 
@@ -243,7 +265,10 @@ func (e *env) waitOwned(within time.Duration) {
 
 // waitShards waits until the running members are attached and own every
 // shard between them, each (if settled) exactly as assigned with nothing
-// pending.
+// pending, and each host serves what its manager owns. The manager
+// reports a shard owned before it has handed it to the host (ShardAcquired
+// follows), so a message delivered on the manager's word alone may be
+// refused as not-owner.
 func (e *env) waitShards(what string, within time.Duration, settled bool) {
 	e.t.Helper()
 	testenv.WaitFor(e.t, what, within, func() bool {
@@ -252,6 +277,11 @@ func (e *env) waitShards(what string, within time.Duration, settled bool) {
 			st := m.mgr.Status()
 			if !st.Attached || settled && (len(st.Pending) != 0 || len(st.Owned) != len(st.Assigned)) {
 				return false
+			}
+			for _, o := range st.Owned {
+				if x := m.host.route(o.Shard); x == nil || x.own.Epoch != o.Epoch {
+					return false
+				}
 			}
 			n += len(st.Owned)
 		}

@@ -70,6 +70,9 @@ func TestYoungOrphanStartsWithoutReconciliation(t *testing.T) {
 	if runs[1].Start.Before(runs[0].End) {
 		t.Fatal("the entity's tasks overlapped")
 	}
+	// A young orphan is looked at again at most 2 s apart (orphan's
+	// backoff) and a reconciliation is a minute away: 5 s tells them
+	// apart and leaves a loaded machine 3 s.
 	if waited := runs[0].Start.Sub(released); waited > 5*time.Second {
 		t.Fatalf("the first task started %s after its object was written", waited)
 	} else {

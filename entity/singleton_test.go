@@ -13,6 +13,7 @@ import (
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -137,14 +138,19 @@ func (e *env) node(id string) *node {
 // TestSingletonOneInstanceAcrossHandoffAndCrash: a singleton runs on
 // exactly one of three runners, on the holder of its shard (its status
 // says so); a drain of that runner moves it after its Run returned; a
-// crash of the next holder moves it within the lease TTL + 0.5s, and never
-// do two runs overlap (the runs' own reports, taken in one process).
+// crash of the next holder moves it once etcd has revoked its lease
+// (within harness.RevokeBound of the crash) and the watches have moved the
+// shard (within harness.WatchBound of that, no timer that could move it
+// being due: watchOnly), and never do two runs overlap (the runs' own
+// reports, taken in one process).
 func TestSingletonOneInstanceAcrossHandoffAndCrash(t *testing.T) {
 	e, audit, reg := singletonEnv(t, detachment.ModeEnforce)
+	e.watchOnly()
 	for _, id := range []string{"r1", "r2", "r3"} {
 		e.start(id, reg)
 	}
 	e.waitSettled(30 * time.Second)
+	locks := e.watchLocks()
 	shard := SingletonShard(storage.DefaultGroup, e.Meta.Shards, "leader")
 	var first string
 	testenv.WaitFor(t, "the singleton running", 20*time.Second, func() bool { first = audit.current(); return first != "" })
@@ -174,7 +180,8 @@ func TestSingletonOneInstanceAcrossHandoffAndCrash(t *testing.T) {
 	// Crash of the next holder: cut from etcd, then stopped.
 	crashed := time.Now()
 	e.node(second.runner).kill()
-	third := audit.awaitOther(t, second.runner, crashed, 20*time.Second)
+	ttl := e.scfg.LeaseTTL
+	third := audit.awaitOther(t, second.runner, crashed, harness.RevokeBound(ttl)+harness.WatchBound)
 	runs, violations := audit.snapshot()
 	var oldEnd time.Time
 	for _, r := range runs {
@@ -183,10 +190,18 @@ func TestSingletonOneInstanceAcrossHandoffAndCrash(t *testing.T) {
 		}
 	}
 	gap := third.start.Sub(oldEnd)
-	ttl := e.scfg.LeaseTTL
-	t.Logf("crash of %s: singleton on %s after a gap of %v (lease TTL %v)", second.runner, third.runner, gap.Round(time.Millisecond), ttl)
-	if gap > ttl+500*time.Millisecond {
-		t.Errorf("failover gap %v, want ≤ lease TTL %v + 0.5s", gap, ttl)
+	revoked, _ := locks.RevokedAt(second.runner, []storage.ShardID{shard}, crashed)
+	t.Logf("crash of %s: singleton on %s after a gap of %v (lease TTL %v, revoked %v after the crash)", second.runner, third.runner,
+		gap.Round(time.Millisecond), ttl, revoked.Sub(crashed).Round(time.Millisecond))
+	switch {
+	case revoked.IsZero():
+		t.Errorf("the lock watch saw no release of %s's lock of %s after the crash", second.runner, shard)
+	case revoked.Sub(crashed) > harness.RevokeBound(ttl):
+		t.Errorf("%s's lease revoked %v after the crash, want within %v (its TTL, etcd's check, the watch)", second.runner,
+			revoked.Sub(crashed), harness.RevokeBound(ttl))
+	case third.start.Sub(revoked) > harness.WatchBound:
+		t.Errorf("the singleton started on %s %v after %s's lease was revoked, want within %v (moved by the watches)",
+			third.runner, third.start.Sub(revoked), second.runner, harness.WatchBound)
 	}
 	if len(violations) > 0 {
 		t.Fatalf("two singleton runs at once: %v", violations)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -152,9 +153,9 @@ func readTasks(ctx context.Context, client *task.Client, refs []string) ([]*task
 // waitTerminal waits until every task of refs is terminal, or within
 // passes; it returns those that are not (or cannot be read).
 func waitTerminal(ctx context.Context, client *task.Client, refs []string, within time.Duration) []string {
-	deadline := time.Now().Add(within)
 	pending := refs
-	for len(pending) > 0 {
+	// Read every 500 ms: each read is one GET per pending task.
+	poll.Until(ctx, within, 500*time.Millisecond, func() (bool, string, error) {
 		tasks, _ := readTasks(ctx, client, pending)
 		var still []string
 		for i, tk := range tasks {
@@ -163,11 +164,8 @@ func waitTerminal(ctx context.Context, client *task.Client, refs []string, withi
 			}
 		}
 		pending = still
-		if len(pending) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(500 * time.Millisecond) // poll interval of the wait
-	}
+		return len(pending) == 0, "", nil
+	})
 	return pending
 }
 

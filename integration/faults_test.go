@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 )
 
 // faultScope is what a fault breaks, and so what two faults at the same
@@ -110,17 +112,19 @@ func (c *cluster) restartUntilUp(r *runnerProc) {
 	deadline := time.Now().Add(time.Minute)
 	for try := 1; ; try++ {
 		c.restart(r)
-		for !r.exited() && time.Now().Before(deadline) {
-			if st, err := r.status(); err == nil && st.Registered {
-				return
-			}
-			time.Sleep(100 * time.Millisecond) // poll interval of the wait for registration
-		}
-		if !r.exited() {
+		registered := false
+		poll.Until(context.Background(), time.Until(deadline), 100*time.Millisecond, func() (bool, string, error) {
+			st, err := r.status()
+			registered = err == nil && st.Registered
+			return registered || r.exited(), "", nil
+		})
+		switch {
+		case registered:
+			return
+		case !r.exited():
 			c.t.Errorf("%s not registered a minute after its restart", r.id)
 			return
-		}
-		if time.Now().After(deadline) {
+		case time.Now().After(deadline):
 			c.t.Errorf("%s: %d restarts in a minute all exited", r.id, try)
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -78,21 +79,19 @@ func (l *ledger) resolve(ctx context.Context, client *task.Client, within time.D
 	l.mu.Unlock()
 	deadline := time.Now().Add(within)
 	for _, s := range todo {
-		for {
+		var err error
+		// Read again every 200 ms until the task is found or not found.
+		if perr := poll.Until(ctx, time.Until(deadline), 200*time.Millisecond, func() (bool, string, error) {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := client.Get(rctx, s.ref)
+			_, err = client.Get(rctx, s.ref)
 			cancel()
-			if err == nil || errors.Is(err, task.ErrNotFound) {
-				l.mu.Lock()
-				s.resolved, s.exists = true, err == nil
-				l.mu.Unlock()
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("ambiguous submit %s (%s) not resolved: %w", s.ref, s.err, err)
-			}
-			time.Sleep(200 * time.Millisecond) // back off before reading again
+			return err == nil || errors.Is(err, task.ErrNotFound), "", nil
+		}); perr != nil {
+			return fmt.Errorf("ambiguous submit %s (%s) not resolved: %w", s.ref, s.err, err)
 		}
+		l.mu.Lock()
+		s.resolved, s.exists = true, err == nil
+		l.mu.Unlock()
 	}
 	return nil
 }

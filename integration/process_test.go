@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/tenurehq/tenure/storage"
 
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 )
 
 // Fast timings for the runner processes: a 3s lease.
@@ -22,17 +24,28 @@ var fastRunner = []string{"--set", "lease.ttl=3s", "--set", "detachment.recover_
 	"--set", "sharding.interrupt_timeout=2s", "--set", "entity.task_lease=3s", "--set", "drain_timeout=10s",
 	"--set", "log.level=info"}
 
+// fastLease is fastRunner's lease TTL.
+const fastLease = 3 * time.Second
+
 // TestProcessesSIGTERMAndSIGKILL: three `tenure run` processes share the
-// shards; SIGTERM hands one's shards over within a second and it exits 0;
-// SIGKILL of another has its shards re-owned within lease_ttl + 1s.
+// shards; SIGTERM has one release each of its shards while its lease
+// lives, the others take them on the watch, and it exits 0; SIGKILL of
+// another has its lease revoked by etcd within the TTL and its shards
+// re-owned on the watch. Timed by the test's watch of the locks, with the
+// bounds of bounds_test.go (the timers that could move a shard without a
+// watch are a minute away); the log has the figures.
 func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 	c := newCluster(t)
-	r1 := c.run("p1", fastRunner...)
-	c.run("p2", fastRunner...)
-	r3 := c.run("p3", fastRunner...)
+	args := append(slices.Clone(fastRunner), watchOnlyRunner...)
+	r1 := c.run("p1", args...)
+	c.run("p2", args...)
+	r3 := c.run("p3", args...)
 	r2 := c.runners.Get("p2")
 	c.waitAllOwned([]string{"p1", "p2", "p3"}, 60*time.Second)
 	c.waitSettled([]*runnerProc{r1, r2, r3}, 16, 30*time.Second)
+	locks := lockWatch(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	before := c.owners()
 	var of1 []storage.ShardID
 	for s, r := range before {
@@ -46,20 +59,20 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 
 	signalled := time.Now()
 	r1.signal(t, syscall.SIGTERM)
-	var movedIn time.Duration
-	testenv.WaitFor(t, "p1's shards owned by p2 and p3", 10*time.Second, func() bool {
-		own := c.owners()
+	moved, err := locks.Await(ctx, "p1's shards owned by p2 and p3", harness.WatchBound, func(h map[storage.ShardID]string) bool {
 		for _, s := range of1 {
-			if o := own[s]; o != "p2" && o != "p3" {
+			if o := h[s]; o != "p2" && o != "p3" {
 				return false
 			}
 		}
-		movedIn = time.Since(signalled)
 		return true
 	})
-	t.Logf("SIGTERM: %d shards re-owned %s after the signal", len(of1), movedIn)
-	if movedIn > time.Second {
-		t.Errorf("SIGTERM handoff took %s; want within 1s", movedIn)
+	if err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	t.Logf("SIGTERM: %d shards re-owned %s after the signal", len(of1), moved.Sub(signalled))
+	if n := releasedLive(t, c, locks, "p1", of1, signalled); n != len(of1) {
+		t.Errorf("SIGTERM: %d of p1's %d locks seen deleted", n, len(of1))
 	}
 	if code := r1.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("p1 exited %d after SIGTERM, want 0", code)
@@ -75,21 +88,33 @@ func TestProcessesSIGTERMAndSIGKILL(t *testing.T) {
 	killed := time.Now()
 	r3.signal(t, syscall.SIGKILL)
 	r3.wait(t, 10*time.Second)
-	var failover time.Duration
-	testenv.WaitFor(t, "p3's shards re-owned by p2", 20*time.Second, func() bool {
-		o := c.owners()
+	if _, err := locks.Await(ctx, "etcd to revoke p3's lease", time.Until(killed.Add(harness.RevokeBound(fastLease))), func(h map[storage.ShardID]string) bool {
 		for _, s := range of3 {
-			if o[s] != "p2" {
+			if h[s] == "p3" {
 				return false
 			}
 		}
-		failover = time.Since(killed)
 		return true
-	})
-	t.Logf("SIGKILL: %d shards re-owned %s after the kill (lease TTL 3s)", len(of3), failover)
-	if failover > 4*time.Second {
-		t.Errorf("SIGKILL failover took %s; want within lease_ttl + 1s = 4s", failover)
+	}); err != nil {
+		t.Fatalf("SIGKILL: p3's locks not gone within %s of the kill (lease TTL %s): %v", harness.RevokeBound(fastLease), fastLease, err)
 	}
+	revoked, once := locks.RevokedAt("p3", of3, killed)
+	if !once {
+		t.Errorf("SIGKILL: p3's locks went in several revisions, not with its lease")
+	}
+	if _, err := locks.Await(ctx, "p3's shards re-owned by p2", time.Until(revoked.Add(harness.WatchBound)), func(h map[storage.ShardID]string) bool {
+		for _, s := range of3 {
+			if h[s] != "p2" {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatalf("SIGKILL: p3's shards not re-owned within %s of its lease's revocation: %v", harness.WatchBound, err)
+	}
+	failover := locks.TakenAt("p2", of3, killed)
+	t.Logf("SIGKILL: %d shards re-owned %s after the kill (lease TTL %s; revoked %s after the kill, re-owned %s after that)",
+		len(of3), failover.Sub(killed), fastLease, revoked.Sub(killed), failover.Sub(revoked))
 }
 
 // TestDrainCommandLosesNothing: `tenure drain` moves a runner's shards away

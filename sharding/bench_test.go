@@ -31,13 +31,9 @@ func BenchmarkDetachLatency(b *testing.B) {
 		i++
 		c.waitConverged(c.members(), 10*time.Second)
 		r.proxy.SetMode(testenv.Blackhole)
-		deadline := time.Now().Add(3 * cfg.LeaseTTL)
-		for len(r.transitionsOf(detachment.Detached)) == 0 {
-			if time.Now().After(deadline) {
-				b.Fatal("no detachment")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.WaitFor(b, "the partitioned runner to detach", 3*cfg.LeaseTTL, func() bool {
+			return len(r.transitionsOf(detachment.Detached)) > 0
+		})
 		tr := r.transitionsOf(detachment.Detached)[0]
 		errs = append(errs, tr.At.Sub(tr.Deadline.Add(-cfg.Detachment.DetachMargin)))
 		r.proxy.SetMode(testenv.Pass)
@@ -65,7 +61,7 @@ func BenchmarkPlannedHandoff(b *testing.B) {
 		if err := d.mgr.Drain(b.Context()); err != nil {
 			b.Fatal(err)
 		}
-		waitForTB(b, "the heir to own everything", 20*time.Second, func() bool {
+		testenv.WaitFor(b, "the heir to own everything", 20*time.Second, func() bool {
 			own, ok := c.ownership(c.members())
 			return ok && len(own) == 256 && !slices.ContainsFunc(d.mgr.Owned(), func(Ownership) bool { return true })
 		})
@@ -99,7 +95,7 @@ func BenchmarkCrashFailover(b *testing.B) {
 		killed := time.Now()
 		victim.proxy.SetMode(testenv.Blackhole) // a crash: nothing more reaches etcd
 		survivors := slices.DeleteFunc(c.members(), func(r *testRunner) bool { return r == victim })
-		waitForTB(b, "failover", 10*cfg.LeaseTTL, func() bool {
+		testenv.WaitFor(b, "failover", 10*cfg.LeaseTTL, func() bool {
 			own, _ := c.ownership(survivors)
 			for _, s := range theirs {
 				if own[s] == "" {
@@ -115,15 +111,4 @@ func BenchmarkCrashFailover(b *testing.B) {
 	b.ReportMetric(ratios[len(ratios)/2], "median-x-ttl")
 	b.ReportMetric(ratios[len(ratios)-1], "max-x-ttl")
 	b.ReportMetric(cfg.LeaseTTL.Seconds(), "ttl-s")
-}
-
-func waitForTB(tb testing.TB, what string, within time.Duration, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -196,14 +197,20 @@ func TestLockLossInterruptsAtOnce(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), c.Prefix+"shards/"+o.Shard.Group+"/"+strconv.Itoa(o.Shard.Index)); err != nil {
 		t.Fatal(err)
 	}
+	// Which path found the loss is in the cause (the membership stream, or
+	// the lock verification of the refresh pass), not in how soon: the
+	// bound only ends a wait for an interruption that never comes.
 	select {
 	case <-o.Ctx.Done():
-	case <-time.After(c.cfg.LockRefreshInterval):
-		t.Fatal("shard context not cancelled within one refresh interval of its lock's deletion")
+	case <-time.After(10 * time.Second):
+		t.Fatal("shard context not cancelled within 10s of its lock's deletion")
 	}
 	var lost *LostError
 	if !errors.As(context.Cause(o.Ctx), &lost) || lost.Reason != LossLockLost {
 		t.Fatalf("cause %v, want LossLockLost", context.Cause(o.Ctx))
+	}
+	if !strings.Contains(lost.Error(), "membership stream") {
+		t.Fatalf("cause %v, want the loss found by the membership stream (the watch)", lost)
 	}
 	t.Logf("interrupted %s after the delete", time.Since(deletedAt))
 	testenv.WaitFor(t, "re-acquisition", 5*time.Second, func() bool {
@@ -244,13 +251,28 @@ func foreignHolder(t *testing.T, c *cluster, shards []storage.ShardID) storage.S
 	return ss
 }
 
-// TestReacquireWokenByWatch: with polling retries off (and no safety pass
-// for a minute), a shard held elsewhere is acquired the moment its lock is
-// deleted: each within a second, the median within 100 ms.
+// watchOnly sets cfg's timers that could take a shard without a watch
+// event (the safety pass, the acquire retries) past the end of the test
+// (harness.TimersAway): a move within harness.WatchBound was then woken by
+// the watch. How fast the watch is, BenchmarkPlannedHandoff measures.
+func watchOnly(cfg Config) Config {
+	cfg.AcquireRetryInterval = harness.TimersAway
+	cfg.RebalanceInterval = harness.TimersAway
+	return cfg
+}
+
+// TestReacquireWokenByWatch: with no timer due within the test that could
+// take a shard held elsewhere (watchOnly), each shard is acquired after its
+// lock is deleted, within harness.WatchBound: only the lock watch can have
+// woken the manager.
+//
+// The retry ticker must be away too, retries off or not: with
+// AcquireRetryWindow 0 each of its ticks finds the window exhausted and
+// brings the safety pass forward, a pass every AcquireRetryInterval
+// (200 ms by default) that would take the shard without the watch.
 func TestReacquireWokenByWatch(t *testing.T) {
-	cfg := testConfig()
+	cfg := watchOnly(testConfig())
 	cfg.AcquireRetryWindow = 0
-	cfg.RebalanceInterval = time.Minute
 	const n = 5
 	c := newCluster(t, n, cfg)
 	var all []storage.ShardID
@@ -266,20 +288,13 @@ func TestReacquireWokenByWatch(t *testing.T) {
 		if err := holder.ReleaseShard(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitFor(t, "acquisition of "+s.String(), 5*time.Second, func() bool {
+		testenv.WaitFor(t, "acquisition of "+s.String()+" (woken by the watch)", harness.WatchBound, func() bool {
 			return slices.ContainsFunc(r.mgr.Owned(), func(o Ownership) bool { return o.Shard == s })
 		})
-		gap := time.Since(released)
-		if gap > time.Second {
-			t.Errorf("shard %s acquired %s after its release; want ≤ 100ms (watch-driven)", s, gap)
-		}
-		gaps = append(gaps, gap)
+		gaps = append(gaps, time.Since(released))
 	}
 	slices.Sort(gaps)
-	t.Logf("release → acquired: %v", gaps)
-	if med := gaps[len(gaps)/2]; med > 100*time.Millisecond {
-		t.Errorf("median release → acquisition %s; want ≤ 100ms (watch-driven)", med)
-	}
+	t.Logf("release → acquired: %v (median %s)", gaps, gaps[len(gaps)/2])
 	if v := testutil.ToFloat64(r.mgr.metrics.acquireRetries); v != 0 {
 		t.Fatalf("acquire_retry_attempts_total = %v with retries disabled", v)
 	}
@@ -342,10 +357,10 @@ func TestObserveModeNeverInterrupts(t *testing.T) {
 
 // TestDrainHandsOver: a draining runner hands each shard over (handler
 // asked to requeue while the lock is still held), and successors pick each
-// up within milliseconds of its release.
+// up woken by the lock watch (no timer that could is due: watchOnly).
 func TestDrainHandsOver(t *testing.T) {
 	testenv.CheckLeaks(t)
-	c := newCluster(t, 32, testConfig())
+	c := newCluster(t, 32, watchOnly(testConfig()))
 	smp := c.sample()
 	d := c.start("drainer", 1)
 	c.start("heir-1", 1)
@@ -369,8 +384,8 @@ func TestDrainHandsOver(t *testing.T) {
 }
 
 // checkHandOverGaps measures, for every shard the drained runner d released
-// since start, the gap from its release to the successor's acquisition, and
-// wants the median under 100 ms and none over a second.
+// since start, the gap from its release to the successor's acquisition,
+// and wants none over harness.WatchBound.
 func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time, owned int, drained time.Duration) {
 	t.Helper()
 	released, gaps := c.ledger.Handovers(d.id, string(LossReleased), start)
@@ -381,11 +396,8 @@ func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time,
 	t.Logf("drained %d shards in %s; hand-over gap median %s, max %s", owned, drained, gaps[len(gaps)/2], gaps[len(gaps)-1])
 	// The gap runs from the handler's handoff (before the lock is deleted)
 	// to the successor's acquisition, woken by the lock watch.
-	if med := gaps[len(gaps)/2]; med >= 100*time.Millisecond {
-		t.Errorf("median hand-over gap %s; want < 100ms", med)
-	}
-	if gaps[len(gaps)-1] > time.Second {
-		t.Errorf("a shard took %s to be picked up after its release", gaps[len(gaps)-1])
+	if gaps[len(gaps)-1] > harness.WatchBound {
+		t.Errorf("a shard took %s to be picked up after its release, want within %s (woken by the lock watch)", gaps[len(gaps)-1], harness.WatchBound)
 	}
 }
 

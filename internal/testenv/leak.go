@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"context"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 )
 
 const modulePath = "github.com/tenurehq/tenure/"
@@ -20,22 +23,18 @@ func CheckLeaks(t testing.TB) {
 		before[id] = true
 	}
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			var leaked []string
+		var leaked []string
+		err := poll.Until(context.Background(), 5*time.Second, 20*time.Millisecond, func() (bool, string, error) {
+			leaked = leaked[:0]
 			for id, stack := range moduleGoroutines() {
 				if !before[id] {
 					leaked = append(leaked, stack)
 				}
 			}
-			if len(leaked) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("testenv: %d goroutine(s) leaked:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+			return len(leaked) == 0, "", nil
+		})
+		if err != nil {
+			t.Errorf("testenv: %d goroutine(s) leaked:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 )
 
 var (
@@ -60,14 +62,8 @@ func Name(t testing.TB, maxLen int) string {
 
 // WaitFor polls cond every few milliseconds until it holds, failing the
 // test if it does not within the bound: a condition with a deadline, never a
-// bare sleep.
+// bare sleep. It is poll.For.
 func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.For(t, what, within, cond)
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -110,18 +111,6 @@ func shards(group string, from, n int) []storage.ShardID {
 		out[i] = storage.ShardID{Group: group, Index: from + i}
 	}
 	return out
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // recv reads one value from ch within d.
@@ -510,7 +499,7 @@ func testStoreClose(t *testing.T, h RunnerStoreHarness) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("session still running after store Close")
 	}
-	waitFor(t, "watch channel to close", 5*time.Second, func() bool {
+	poll.For(t, "watch channel to close", 5*time.Second, func() bool {
 		select {
 		case _, ok := <-ch:
 			return !ok

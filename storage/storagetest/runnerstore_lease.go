@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -255,7 +256,7 @@ func testKeepAliveAfterExpiry(t *testing.T, h RunnerStoreHarness) {
 	s := h.Open(t, h.Namespace(t))
 	ss := registerBare(t, s, "forgotten", shortTTL)
 	ctx := ctxT(t)
-	waitFor(t, "the unrenewed lease to expire", ss.TTL()+5*time.Second, func() bool {
+	poll.For(t, "the unrenewed lease to expire", ss.TTL()+5*time.Second, func() bool {
 		list, _, err := s.Runners(ctx)
 		return err == nil && len(list) == 0
 	})
@@ -294,7 +295,7 @@ func testLeaseTimeToLive(t *testing.T, h RunnerStoreHarness) {
 		t.Fatalf("LeaseTimeToLive of an orphaned lease: %v", err)
 	}
 	bound := time.Now().Add(lt.Remaining)
-	waitFor(t, "the orphaned lease to expire", lt.Remaining+5*time.Second, func() bool {
+	poll.For(t, "the orphaned lease to expire", lt.Remaining+5*time.Second, func() bool {
 		_, err := other.LeaseTimeToLive(ctxT(t), crashed.LeaseID())
 		return errors.Is(err, storage.ErrNotFound)
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -71,7 +72,7 @@ resumed:
 	}
 	waitForEvent(t, ch, 10*time.Second, "wake-up after resuming", func(ev storage.WakeEvent) bool { return ev.Note == "after" })
 	cancel()
-	waitFor(t, "wake channel to close", 5*time.Second, func() bool {
+	poll.For(t, "wake channel to close", 5*time.Second, func() bool {
 		select {
 		case _, ok := <-ch:
 			return !ok

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -95,7 +96,7 @@ func testWatchRunners(t *testing.T, h RunnerStoreHarness) {
 		t.Fatalf("close event %+v", ev)
 	}
 	cancel()
-	waitFor(t, "watch channel to close when its context ends", 5*time.Second, func() bool {
+	poll.For(t, "watch channel to close when its context ends", 5*time.Second, func() bool {
 		select {
 		case _, ok := <-ch:
 			return !ok

@@ -223,5 +223,5 @@ func (l *LockTimeline) Await(ctx context.Context, what string, within time.Durat
 	case err != nil:
 		return time.Time{}, fmt.Errorf("waiting for %s: %w", what, err)
 	}
-	return time.Time{}, fmt.Errorf("%w after %s waiting for %s (%d shards locked)", ErrTimeout, within, what, held)
+	return time.Time{}, fmt.Errorf("harness: %w after %s waiting for %s (%d shards locked)", ErrTimeout, within, what, held)
 }
