@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv/poll"
 )
 
 func TestExecHandler(t *testing.T) {
@@ -149,51 +150,34 @@ func TestExecHandlerInterrupted(t *testing.T) {
 // waitFile waits until path exists.
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.For(t, path+" to exist", 10*time.Second, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
 }
 
+// readPid waits until path holds a process id, and returns it.
 func readPid(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.For(t, "a pid in "+path, 10*time.Second, func() bool {
 		b, _ := os.ReadFile(path)
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
-			pid = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pid in %s", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		pid = n
+		return err == nil && n > 0
+	})
 	return pid
 }
 
 // waitDead waits until pid has exited (a zombie counts: it runs nothing).
 func waitDead(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.For(t, fmt.Sprintf("process %d to exit", pid), 10*time.Second, func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return
+			return true
 		}
-		if _, rest, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(rest, "Z") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs: %s", pid, b)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		_, rest, ok := strings.Cut(string(b), ") ")
+		return ok && strings.HasPrefix(rest, "Z")
+	})
 }

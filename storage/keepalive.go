@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tenurehq/tenure/detachment"
 )
 
 // KeepAliveResult is what one confirmation of a lease (a keep-alive, or the
@@ -37,15 +39,17 @@ type KeepAliveCadence struct {
 	RetryBackoff time.Duration
 }
 
-// DefaultKeepAliveCadence returns the cadence for a lease of ttl: every
-// third of the TTL, each call bounded by a sixth of it (at least 200ms),
-// retries from DefaultKeepAliveRetryBackoff. It serves callers that hold a
-// session without a sharding.Manager (tools, tests); a Manager's cadence is
-// its Config's.
+// DefaultKeepAliveCadence returns the cadence for a lease of ttl:
+// detachment.DeriveFromLease's interval and timeout (the one rule for
+// what follows the lease TTL, which a sharding.Manager's Config follows
+// too), retries from DefaultKeepAliveRetryBackoff. It serves callers that
+// hold a session without a sharding.Manager (tools, tests); a Manager's
+// cadence is its Config's.
 func DefaultKeepAliveCadence(ttl time.Duration) KeepAliveCadence {
+	d := detachment.DeriveFromLease(ttl)
 	return KeepAliveCadence{
-		Interval:     ttl / 3,
-		Timeout:      max(ttl/6, 200*time.Millisecond),
+		Interval:     d.KeepAliveInterval,
+		Timeout:      d.KeepAliveTimeout,
 		RetryBackoff: DefaultKeepAliveRetryBackoff,
 	}
 }

@@ -21,7 +21,7 @@ func TestDrainNeedsAdminCredentials(t *testing.T) {
 	c := newCLICluster(t, false)
 	r1 := c.startRunner("r1")
 	open := c.startRunnerWith("open", []string{"admin.token="})
-	waitUntil(t, "both runners registered", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "both runners registered", 20*time.Second, func() bool {
 		return r1.r.Status().Registered && open.r.Status().Registered
 	})
 
@@ -60,7 +60,7 @@ func TestDrainNeedsAdminCredentials(t *testing.T) {
 	}
 
 	c.mustRun(Drain, "r1", "--wait", "0")
-	waitUntil(t, "r1 draining", 10*time.Second, func() bool { return r1.r.Status().Draining })
+	testenv.WaitFor(t, "r1 draining", 10*time.Second, func() bool { return r1.r.Status().Draining })
 }
 
 // TestDrainOverMutualTLS: a runner serving its admin API over HTTPS with
@@ -71,7 +71,7 @@ func TestDrainOverMutualTLS(t *testing.T) {
 	c := newCLICluster(t, false)
 	p := testenv.NewPKI(t)
 	x := c.startRunnerWith("m1", []string{"admin.token=", "admin.cert_file=" + p.ServerCert, "admin.key_file=" + p.ServerKey, "admin.client_ca_file=" + p.CA})
-	waitUntil(t, "m1 registered", 20*time.Second, func() bool { return x.r.Status().Registered })
+	testenv.WaitFor(t, "m1 registered", 20*time.Second, func() bool { return x.r.Status().Registered })
 	if addr := x.r.Status().Addr; !strings.HasPrefix(addr, "https://") {
 		t.Fatalf("registered admin address %q, want https://", addr)
 	}
@@ -84,7 +84,7 @@ func TestDrainOverMutualTLS(t *testing.T) {
 	if out, errOut, err := runCmdEnv(t, c.cfgPath, env, Drain, "m1", "--wait", "0"); err != nil {
 		t.Fatalf("drain with the client certificate: %v\n%s%s", err, out, errOut)
 	}
-	waitUntil(t, "m1 draining", 10*time.Second, func() bool { return x.r.Status().Draining })
+	testenv.WaitFor(t, "m1 draining", 10*time.Second, func() bool { return x.r.Status().Draining })
 	// status reads the https:// runner too.
 	out, errOut, err := runCmdEnv(t, c.cfgPath, env, Status, "-o", "json")
 	if err != nil {

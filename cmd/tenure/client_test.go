@@ -192,7 +192,7 @@ func (c *cliCluster) startRunnerWith(id string, overrides []string, specs ...str
 	x := &cliRunner{t: t, id: id, r: r, cancel: cancel, done: make(chan error, 1)}
 	go func() { x.done <- r.Run(ctx) }()
 	t.Cleanup(x.stop)
-	waitUntil(t, "runner "+id+" serves its admin endpoint", 20*time.Second, func() bool { return r.AdminAddr() != "" })
+	testenv.WaitFor(t, "runner "+id+" serves its admin endpoint", 20*time.Second, func() bool { return r.AdminAddr() != "" })
 	return x
 }
 
@@ -230,18 +230,6 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// waitUntil polls cond until it holds or the time is up.
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // assertOneLine fails unless err is a non-nil one-line error containing
@@ -458,7 +446,7 @@ func TestRunIgnoresUnknownEnv(t *testing.T) {
 		done <- Run(ctx, cli, []string{"--runner-id", "k8s-1", "--set", "log.level=error", "-o", "json"})
 	}()
 	var ready RunReady
-	waitUntil(t, "the runner prints its ready line", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "the runner prints its ready line", 20*time.Second, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("tenure run ended: %v\n%s", err, errOut.String())

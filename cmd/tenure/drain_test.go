@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // TestRunnersEndToEnd drives the commands against two real runners in this
@@ -18,7 +19,7 @@ func TestRunnersEndToEnd(t *testing.T) {
 	c.startRunner("r1")
 	c.startRunner("r2")
 	var rep StatusReport
-	waitUntil(t, "both runners attached and every shard owned", 30*time.Second, func() bool {
+	testenv.WaitFor(t, "both runners attached and every shard owned", 30*time.Second, func() bool {
 		rep = getStatus(t, c)
 		r1, r2 := findRunner(rep, "r1"), findRunner(rep, "r2")
 		return rep.ShardsOwned == cliShards && r1 != nil && r2 != nil && r1.Attached != nil && *r1.Attached &&
@@ -75,7 +76,7 @@ func TestRunnersEndToEnd(t *testing.T) {
 			t.Errorf("config set -o json, runner %+v: want it running version 1", r)
 		}
 	}
-	waitUntil(t, "both runners in observe mode on config version 1", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "both runners in observe mode on config version 1", 20*time.Second, func() bool {
 		rep = getStatus(t, c)
 		for _, r := range rep.Runners {
 			if r.Mode != "observe" || r.ConfigVersion == nil || *r.ConfigVersion != 1 {
@@ -110,7 +111,7 @@ func TestRunnersEndToEnd(t *testing.T) {
 	if _, err := c.etcd.PutConfig(testCtx(t, 10*time.Second), []byte(`{"version":2,"base":{"detachment.mode":"observe","detachment.margin":"1500ms"},"rollout":100}`), cv.Revision); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "both runners to refuse version 2", 20*time.Second, func() bool {
+	testenv.WaitFor(t, "both runners to refuse version 2", 20*time.Second, func() bool {
 		rep = getStatus(t, c)
 		for _, r := range rep.Runners {
 			if r.ConfigError == "" || r.ConfigVersion == nil || *r.ConfigVersion != 1 {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/testenv"
 )
 
 // runProcess is `tenure run` as a process of its own: the test binary
@@ -68,7 +70,7 @@ func TestStatusAfterSigkill(t *testing.T) {
 		procs[id] = c.startRunProcess(id, "--set", "lease.ttl="+ttl.String(), "--set", "log.level=warn")
 	}
 	var rep StatusReport
-	waitUntil(t, "three runners answering and every shard owned", 90*time.Second, func() bool {
+	testenv.WaitFor(t, "three runners answering and every shard owned", 90*time.Second, func() bool {
 		out, _, err := c.run(Status, "-o", "json")
 		if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Runners) != 3 || rep.ShardsOwned != cliShards {
 			return false
@@ -98,7 +100,7 @@ func TestStatusAfterSigkill(t *testing.T) {
 	killed := time.Now()
 
 	held, shown := 0, false
-	waitUntil(t, "the killed runner's shards owned by the others", ttl+60*time.Second, func() bool {
+	testenv.WaitFor(t, "the killed runner's shards owned by the others", ttl+60*time.Second, func() bool {
 		out, _, err := c.run(Status, "-o", "json")
 		var rep StatusReport
 		if err != nil || json.Unmarshal([]byte(out), &rep) != nil {

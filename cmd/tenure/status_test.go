@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -180,7 +181,7 @@ func TestStatusShowsSingletons(t *testing.T) {
 		<-done
 	})
 	var rep StatusReport
-	waitUntil(t, "status to show the singleton", 30*time.Second, func() bool {
+	testenv.WaitFor(t, "status to show the singleton", 30*time.Second, func() bool {
 		rep = getStatus(t, c)
 		return len(rep.Singletons) == 1 && rep.Singletons[0].Running
 	})
