@@ -16,7 +16,7 @@ type checkKey struct{}
 // that would have cancelled its context: it detaches the runner first if
 // the lease deadline − margin has passed by the clock. A process paused
 // between Attached and the effect is not covered: fencing a handler's
-// external effects is the handler's own business (DESIGN §1). Outside a
+// external effects is the handler's own business (docs/architecture.md, guarantee 1's limits). Outside a
 // handler's context it reports only the context's state.
 func Attached(ctx context.Context) error {
 	if check, ok := ctx.Value(checkKey{}).(func() error); ok {

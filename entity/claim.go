@@ -242,7 +242,7 @@ const hintKeep = time.Second
 
 // fromHint decides on the pointer's task as its wake-up hint carries it
 // (the version its submitter wrote, with its ETag), without reading it:
-// DESIGN §6, no GET on the happy path. It reports false, leaving the
+// no GET on the happy path. It reports false, leaving the
 // decision to a read, when there is no hint or it does not decode to a
 // pending task under this pointer. The hint is used once (kept only while
 // the task is not due yet, see hintKeep): a lost claim race looks again by

@@ -31,8 +31,7 @@ func (e *env) completed() float64 {
 // most 4 PUT-class requests and 1 DELETE, no GET and no LIST, counted on the
 // wire (the submitter and the runner reach S3 through counting proxies), so
 // a request the SDK retried counts twice: the wake-up carries the task and
-// its ETag, and the claim is written If-Match on that ETag without a read
-// (DESIGN §6). With plain wake-up notes — an older submitter's, or one set
+// its ETag, and the claim is written If-Match on that ETag without a read. With plain wake-up notes — an older submitter's, or one set
 // to PlainWakeNotes for older runners — the runner reads each task before
 // claiming it, as before hints: one GET per task, nothing else more.
 func TestHappyPathS3Cost(t *testing.T) {

@@ -13,7 +13,8 @@ const (
 	outcomeFenced    = "fenced"    // the claim was lost: the commit was refused by CAS
 )
 
-// metrics are the entity and task series of DESIGN §10, namespace "tenure".
+// metrics are the entity and task series (docs/operations.md, metrics),
+// namespace "tenure".
 type metrics struct {
 	// types bounds the type label's values (see typeLabels); nil keeps
 	// them verbatim (tests that build metrics alone).

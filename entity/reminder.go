@@ -23,7 +23,7 @@ import (
 //	rem-<entity key>-<due, Unix milliseconds, 13 digits>-<name>
 //
 // So it is fenced, retried, taken over and completed once like any task
-// (DESIGN §6: it survives failover and fires once), it runs in the
+// (it survives failover and fires once), it runs in the
 // entity's mailbox, and registering the same reminder at the same time
 // twice (a handler run again after a crash) makes one task; RemindAfter
 // reads the clock anew, and the replacement by name leaves one pending. It reaches the entity's Handle

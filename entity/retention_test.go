@@ -36,7 +36,7 @@ func (e *env) skewedClient() *task.Client {
 	return c
 }
 
-// TestFinishedTasksDeletedAfterRetention (issue 10, item 7): the shard
+// TestFinishedTasksDeletedAfterRetention: the shard
 // owner deletes completed, failed and cancelled tasks once they are older
 // than entity.task_retention, left at its default (7 days): the runners'
 // S3 clock is moved 8 days ahead instead of waiting. Pending and running
@@ -97,7 +97,7 @@ func TestFinishedTasksDeletedAfterRetention(t *testing.T) {
 	}
 }
 
-// TestShortRetentionDeletesFinishedTasks (issue 10, item 7, in real time):
+// TestShortRetentionDeletesFinishedTasks (in real time):
 // with entity.task_retention at 3 s, a completed and a failed task vanish
 // from S3 — watched by listing S3 from the moment each finished — no
 // earlier than 3 s after their last write and within a few sweep

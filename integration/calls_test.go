@@ -25,7 +25,7 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// The proof of entity messaging with `tenure run` processes (issue 12):
+// The proof of entity messaging with `tenure run` processes:
 // every entity answers through every runner's HTTP + JSON path, SIGTERM of
 // a runner under load costs callers nothing, SIGKILL makes its entities
 // unavailable until etcd revokes the dead lease and the watches move them
@@ -234,7 +234,7 @@ func TestCallsSIGTERMUnderLoad(t *testing.T) {
 // watches have moved its shard: within harness.WatchBound of the revocation,
 // among runners whose timers that could move it are a minute away
 // (watchOnlyRunner). Timed by the test's watch of the locks; the log has
-// the figures (the issue's TTL + 0.5 s from the kill, a quiet machine's,
+// the figures (the TTL + 0.5 s from the kill targeted, a quiet machine's,
 // is `tenure bench`'s crash scenario's to measure).
 //
 // The only errors allowed are ErrOutcomeUnknown for calls started before

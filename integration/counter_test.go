@@ -18,8 +18,8 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// The proof of durable entity state with `tenure run` processes (issue
-// 13): the built-in counter (type "counter": {"add": N} adds, {} reads,
+// The proof of durable entity state with `tenure run` processes: the
+// built-in counter (type "counter": {"add": N} adds, {} reads,
 // the reply {"total": T}) gets 1,000 increments of +1 over 10 counters on
 // 3 runners, half as idempotent tasks and half as calls, while one runner
 // is killed (SIGKILL), one drained (SIGTERM) and one cut from etcd. Each

@@ -23,7 +23,7 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// The proof of the call outcome contract (issue 24) with `tenure run`
+// The proof of the call outcome contract with `tenure run`
 // processes: calls that add to durable counters enter through every
 // runner's HTTP path while S3 is slow (every PUT held up to 120 ms, so
 // that saves are in flight) and one runner is cut from etcd until it

@@ -18,7 +18,7 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// The proof of singletons with `tenure run` processes (issue 13): every
+// The proof of singletons with `tenure run` processes: every
 // runner offers the singleton "leader" as an http: singleton pointed at a
 // recorder in the test process, which sees each run as an open request,
 // from outside: its start when the request arrives, its end when the

@@ -16,7 +16,7 @@ import (
 	"github.com/tenurehq/tenure/internal/testenv/harness"
 )
 
-// The proof of entity messaging with runners in one process (issue 12):
+// The proof of entity messaging with runners in one process:
 // every entity answers from every runner, local calls stay local, a planned
 // handoff under load costs callers nothing, calls and tasks of one entity
 // take turns across the cluster, and calls between runners and clients

@@ -18,7 +18,7 @@ func TestConfigFileErrors(t *testing.T) {
 	}{
 		"unknown key, one typo away": {file: minimal + "lease:\n  ttll: 5s\n",
 			want: []string{"lease.ttll: unknown key (line 7): did you mean lease.ttl?"}},
-		"the issue's example": {file: "etcd:\n  endpoint: http://127.0.0.1:2379\ns3:\n  bucket: b\n",
+		"the minimal example": {file: "etcd:\n  endpoint: http://127.0.0.1:2379\ns3:\n  bucket: b\n",
 			want: []string{"etcd.endpoint: unknown key (line 2): did you mean etcd.endpoints?"}},
 		"a key in the wrong section": {file: minimal + "margin: 2s\n",
 			want: []string{"margin: unknown key (line 6): did you mean detachment.margin?"}},

@@ -121,7 +121,7 @@ func TestBenchArgs(t *testing.T) {
 
 // TestBenchInProcessScenarios runs the scenarios whose runners live in
 // this process, quickly, and checks that every figure is there and that
-// the happy path stays within DESIGN §6's cost target. Everything the run
+// the happy path stays within its S3 cost target (BENCHMARKS.md). Everything the run
 // started must be stopped when it returns (no goroutine of the module
 // left).
 func TestBenchInProcessScenarios(t *testing.T) {

@@ -1,5 +1,5 @@
-// Package task is Tenure's durable task protocol on an object store
-// (DESIGN §6): the task model and its pure transitions, the object layout,
+// Package task is Tenure's durable task protocol on an object store:
+// the task model and its pure transitions, the object layout,
 // a Store doing conditional reads and writes on a storage.ObjectStore, and a
 // Client any Go program can use to submit, inspect, cancel, replay, list and
 // wait for tasks. The executor that claims and runs tasks lives in package
@@ -43,7 +43,7 @@
 // an S3 time the caller passes in; each appends to the task's bounded
 // history. Store.Write commits a change with If-Match on the ETag the
 // caller read, so of two writers that read the same version exactly one
-// wins (DESIGN §1, guarantee 4): a runner that lost a task cannot commit
+// wins (guarantee 4, fenced commits): a runner that lost a task cannot commit
 // over its new owner. Every write increments Rev, so every write changes the
 // body and with it the ETag, which S3 computes as the body's MD5.
 //

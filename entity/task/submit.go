@@ -83,7 +83,7 @@ func (c *Client) validate(req SubmitRequest) error {
 // Submit makes a task durable and tells its shard's owner. It returns the
 // task and whether this call created it.
 //
-// The order is what makes a crash at any point safe (DESIGN §6):
+// The order is what makes a crash at any point safe:
 //
 //  1. write the ready pointer, so that a task never exists without one (a
 //     pointer without a task is cleaned up by the shard owner);

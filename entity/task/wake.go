@@ -8,7 +8,7 @@ import (
 // A wake-up note is what a submitter tells a shard's owner about a task it
 // made ready (see Waker). Its first line is always the task's ready pointer
 // key. After a submission it goes on with a hint, so that the owner can
-// claim the task without reading it first (DESIGN §6, no GET on the happy
+// claim the task without reading it first (no GET on the happy
 // path):
 //
 //	<pointer key> "\n" WakeHintVersion " " <ETag> "\n" <task object body>

@@ -42,7 +42,7 @@ const (
 // DetachResult holds the figures of detach, measured from outside the
 // runner on the bench's clock: per trial, the margin the runner actually
 // kept — the lease's expiry in etcd minus the moment its task handler saw
-// its context cancelled. DESIGN §1.2 requires it to be positive; the
+// its context cancelled. Guarantee 2 (detach before expiry) requires it to be positive; the
 // runner aims for about its detach margin.
 type DetachResult struct {
 	LeaseTTLMS float64 `json:"lease_ttl_ms"`

@@ -28,7 +28,7 @@ const (
 	typeProfileFIFO = "bench-profile-fifo"
 	// profileEntity is the entity of the FIFO tasks.
 	profileEntity = "fifo-1"
-	// Targets of issue 15 at 20ms, in round trips and tasks/s.
+	// The task path's targets at 20ms (BENCHMARKS.md), in round trips and tasks/s.
 	targetSubmitToStartRTTs = 3
 	targetTasksPerS         = 500
 	targetFIFOGapRTTs       = 3
@@ -47,7 +47,7 @@ type LatencyProfileResult struct {
 }
 
 // LatencyProfile is one round trip's figures, each also as a multiple of
-// the round trip (RTT), and whether issue 15's targets are met (they are
+// the round trip (RTT), and whether the task path's targets are met (they are
 // set for 20ms; at other round trips they read the same in round trips,
 // and 500 tasks/s).
 type LatencyProfile struct {
@@ -98,7 +98,7 @@ type ProfileFIFO struct {
 	Gaps            []float64 `json:"gaps_ms"`
 }
 
-// ProfileTargets say whether issue 15's targets are met.
+// ProfileTargets say whether the task path's targets are met.
 type ProfileTargets struct {
 	SubmitToStartP50 bool `json:"submit_to_start_p50_le_3_rtt"`
 	TasksPerS        bool `json:"tasks_per_s_ge_500"`

@@ -7,8 +7,8 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// The bounds the tests time moves of shards by (issue 25: a suite that
-// holds on a busy machine). A bound tells the mechanism under test from
+// The bounds the tests time moves of shards by, so that the suite
+// holds on a busy machine. A bound tells the mechanism under test from
 // the next slower one that could make the same move, and leaves the
 // machine the slack in between. How fast a mechanism is on a quiet machine
 // (milliseconds for a watch) is the benchmarks' and `tenure bench`'s to
