@@ -1,5 +1,11 @@
 package entity
 
+// This file is past the ~500-line mark on purpose: it is the delivery
+// path's tests (replies, turns, refusals, handoff, lock loss, bad input,
+// detachment) around one bare host (bareHost, the probe), which they share
+// and which no other file uses; split, each part would carry a copy of
+// the fixture or reach into another file for it.
+
 import (
 	"context"
 	"encoding/json"

@@ -1,5 +1,12 @@
 package task
 
+// This file is past the ~500-line mark on purpose: it is the pure task
+// transitions' tests (refusals, every allowed transition, failure, retry
+// schedule, backoff, history trimming, renewal, claim enforcement) over
+// one set of fixture tasks in every state (pendingTask … cancelled) at
+// the top, which the tables refer to by name; split, the tables would be
+// read away from the states they start from.
+
 import (
 	"encoding/json"
 	"errors"
