@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,14 +26,12 @@ import (
 // backlog starts in (due, id) order, and tasks that reach a busy executor
 // through wake-ups queue behind the ones already waiting.
 //
-// (due, id) order is submission order only as far as the submitter's S3
-// clock estimate never steps back. It is refined from the one-second Date
-// headers of S3 responses, and each refinement can move it back: mostly
-// by a few milliseconds, by over a hundred in these tests, whose
-// submitters' estimates are young. A later submission then has the
-// earlier due time and goes first. The tests below hold the order to what
-// the keys say and log where a submitter's clock made it differ from the
-// submission order, rather than assume the two agree.
+// For one submitter (one task.Client), (due, id) order is submission
+// order: its ids grow in the process, and its submission times, read from
+// its estimate of the S3 clock, never run backwards, although the estimate
+// itself steps back (by milliseconds, by over a hundred while it is young)
+// whenever a Date header narrows it. The tests below hold the start order
+// to the submission order, and check that the keys agree.
 
 // discoveryTasks is the number of tasks each test queues: with a listing
 // page of discoveryPage keys, the backlog spans several LIST pages.
@@ -154,21 +151,16 @@ func submitSeq(e *env, first, n int, in seqInput) []*task.Task {
 	return out
 }
 
-// logClockSteps logs every pair of consecutive submissions whose due times
-// went back: the submitter's S3 clock estimate stepped back between them,
-// so their pointer keys (and the start order) have the later one first.
-func logClockSteps(t *testing.T, tasks []*task.Task) {
+// keysInSubmissionOrder fails the test unless every task's ready pointer
+// sorts after the one submitted before it: the order a shard's LIST
+// returns is the submission order.
+func keysInSubmissionOrder(t *testing.T, tasks []*task.Task) {
 	t.Helper()
-	steps := 0
 	for i := 1; i < len(tasks); i++ {
-		if a, b := tasks[i-1], tasks[i]; b.PointerKey() < a.PointerKey() {
-			steps++
-			t.Logf("the submitter's S3 clock stepped back %s between tasks %d and %d: task %d is due first",
-				a.AvailableAt.Sub(b.AvailableAt), seqOf(t, a), seqOf(t, b), seqOf(t, b))
+		if a, b := tasks[i-1], tasks[i]; b.PointerKey() <= a.PointerKey() {
+			t.Fatalf("task %d's pointer %s sorts before task %d's %s, submitted earlier by the same client",
+				seqOf(t, b), b.PointerKey(), seqOf(t, a), a.PointerKey())
 		}
-	}
-	if steps == 0 {
-		t.Logf("due times rose with every submission: key order is submission order")
 	}
 }
 
@@ -191,10 +183,9 @@ func seqs(t *testing.T, starts []seqStart) []int {
 
 // TestEntitylessBacklogStartsOldestFirst: tasks without an entity that
 // wait in a shard before any runner owns it start, with one handler a
-// shard, in the order of their ready pointers' keys, (due time, id), that
-// is oldest first, although the owner discovers them across several LIST
-// pages. That is submission order wherever the submitter's clock rose
-// (logged otherwise).
+// shard, oldest first (in submission order, which is their ready
+// pointers' key order), although the owner discovers them across several
+// LIST pages.
 func TestEntitylessBacklogStartsOldestFirst(t *testing.T) {
 	e := newEnv(t, 1)
 	e.ecfg.MaxConcurrentPerShard = 1
@@ -211,20 +202,16 @@ func TestEntitylessBacklogStartsOldestFirst(t *testing.T) {
 			t.Fatalf("task %s is on shard %s, not %s", tk.Ref(), tk.Shard, tasks[0].Shard)
 		}
 	}
-	logClockSteps(t, tasks)
+	keysInSubmissionOrder(t, tasks)
 
 	log := &startLog{}
 	e.start("solo", registerSeq(t, log, nil))
 	testenv.WaitFor(t, "every task to start", 60*time.Second, func() bool { return log.len() >= len(tasks) })
 	got := seqs(t, log.all())
 
-	// The key order is the order the shard's LIST returns.
-	byKey := append([]*task.Task(nil), tasks...)
-	sortByKey(byKey)
-	for i, tk := range byKey {
-		if want := seqOf(t, tk); got[i] != want {
-			t.Fatalf("start %d was task %d, want task %d (ready pointer key order)\nstarted %v\nkey order %v",
-				i, got[i], want, got, seqsOf(t, byKey))
+	for i, seq := range got {
+		if seq != i {
+			t.Fatalf("start %d was task %d, want task %d (submission order)\nstarted %v", i, seq, i, got)
 		}
 	}
 	// Every task of the backlog was listed in pages of discoveryPage
@@ -232,14 +219,7 @@ func TestEntitylessBacklogStartsOldestFirst(t *testing.T) {
 	if want := int64((len(tasks) + discoveryPage - 1) / discoveryPage); paged.pages.Load() < want {
 		t.Fatalf("the ready pointers were listed in %d pages, want at least %d", paged.pages.Load(), want)
 	}
-	late := 0
-	for i := 1; i < len(got); i++ {
-		if got[i] < got[i-1] {
-			late++
-		}
-	}
-	t.Logf("%d tasks started in key order, %d of them right after a task submitted later; %d LIST pages of ready pointers",
-		len(got), late, paged.pages.Load())
+	t.Logf("%d tasks started in submission order; %d LIST pages of ready pointers", len(got), paged.pages.Load())
 	if last := e.final(tasks[got[len(got)-1]].Ref(), 30*time.Second); last.Status != task.Completed {
 		t.Fatalf("the last task ended %s", last.Status)
 	}
@@ -248,10 +228,7 @@ func TestEntitylessBacklogStartsOldestFirst(t *testing.T) {
 // TestEntitylessWakeupsStartOldestFirst: tasks without an entity that
 // reach a runner through wake-ups while its only handler slot for the
 // shard is busy queue behind one another and, once the slot frees, start
-// oldest first: in submission order, except where the submitter's S3
-// clock stepped back and a task waited for its due time, when the one due
-// first goes first. Never does a task start before an older one that was
-// due no later than it.
+// oldest first, in submission order.
 func TestEntitylessWakeupsStartOldestFirst(t *testing.T) {
 	e := newEnv(t, 1)
 	e.ecfg.MaxConcurrentPerShard = 1
@@ -263,7 +240,7 @@ func TestEntitylessWakeupsStartOldestFirst(t *testing.T) {
 	busy := submitSeq(e, 0, 1, seqInput{Gate: true})[0]
 	testenv.WaitFor(t, "the first task to hold the shard's one slot", 20*time.Second, func() bool { return log.len() == 1 })
 	tasks := submitSeq(e, 1, discoveryTasks, seqInput{})
-	logClockSteps(t, tasks)
+	keysInSubmissionOrder(t, tasks)
 	// Each is queued by its wake-up, without a LIST, while the slot is
 	// busy: wait until all of them are in the start queue.
 	shard := busy.Shard
@@ -283,31 +260,14 @@ func TestEntitylessWakeupsStartOldestFirst(t *testing.T) {
 		t.Fatalf("task %d started first, want the busy one (0); started %v", got[0], got)
 	}
 	got = got[1:]
-	// seq i is tasks[i-1].
-	bySeq := func(s int) *task.Task { return tasks[s-1] }
-	inversions := 0
-	for i := range got {
-		for j := i + 1; j < len(got); j++ {
-			a, b := bySeq(got[i]), bySeq(got[j])
-			if got[i] < got[j] {
-				continue
-			}
-			// b is older but started after a: only a due time earlier
-			// than b's (the submitter's clock stepped back) lets a go
-			// first.
-			inversions++
-			if !(a.PointerKey() < b.PointerKey()) {
-				t.Fatalf("task %d started before the older task %d, due no earlier (%s, %s)\nstarted %v",
-					got[i], got[j], a.AvailableAt.Format(time.StampMilli), b.AvailableAt.Format(time.StampMilli), got)
-			}
+	for i, seq := range got {
+		if seq != i+1 {
+			t.Fatalf("start %d after the busy task was task %d, want task %d (submission order)\nstarted %v", i, seq, i+1, got)
 		}
 	}
-	if inversions == 0 {
-		t.Logf("%d tasks started in submission order", len(got))
-	} else {
-		t.Logf("%d tasks started oldest first by due time; %d pairs out of submission order by the submitter's clock: %v",
-			len(got), inversions, got)
-	}
+	t.Logf("%d tasks started in submission order", len(got))
+	// seq i is tasks[i-1].
+	bySeq := func(s int) *task.Task { return tasks[s-1] }
 	if last := e.final(bySeq(got[len(got)-1]).Ref(), 30*time.Second); last.Status != task.Completed {
 		t.Fatalf("the last task ended %s", last.Status)
 	}
@@ -372,12 +332,7 @@ func TestEntitylessRetryGoesBehindQueuedTasks(t *testing.T) {
 	t.Logf("starts (seq, attempt): %v", starts)
 }
 
-// sortByKey sorts tasks by their ready pointer keys: the order a LIST of
-// the shard returns them.
-func sortByKey(ts []*task.Task) {
-	slices.SortFunc(ts, func(a, b *task.Task) int { return strings.Compare(a.PointerKey(), b.PointerKey()) })
-}
-
+// seqOf returns the sequence number in tk's input.
 func seqOf(t *testing.T, tk *task.Task) int {
 	t.Helper()
 	var in seqInput
@@ -385,12 +340,4 @@ func seqOf(t *testing.T, tk *task.Task) int {
 		t.Fatal(err)
 	}
 	return in.Seq
-}
-
-func seqsOf(t *testing.T, ts []*task.Task) []int {
-	out := make([]int, len(ts))
-	for i, tk := range ts {
-		out[i] = seqOf(t, tk)
-	}
-	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -87,6 +88,9 @@ type Client struct {
 	defaults SubmitDefaults
 	tracer   trace.Tracer
 	log      *slog.Logger
+	// lastSubmit is the latest submission time (Unix ns) this client gave
+	// a task; see notBeforeLast.
+	lastSubmit atomic.Int64
 }
 
 // NewClient returns a Client, or a *ValidationError for a bad config.

@@ -142,6 +142,30 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (_ *Task, create
 	return t, true, nil
 }
 
+// notBeforeLast returns now, or the time this client last submitted at if
+// that is later, and records the result. A shard starts its tasks without
+// an entity in ready pointer order (due time, then id), and an undelayed
+// task is due at its submission time, the submitter's estimate of the S3
+// clock, which steps back (by milliseconds, more while it is young) when
+// a new Date header narrows it. Without this, one submitter's later task
+// could be due, and start, before its earlier one; with it, one client's
+// submission times never run backwards, so its undelayed tasks are due in
+// submission order and its ids, which grow in the process, order the
+// ties. A submission time so held can be ahead of the estimate by as much
+// as the estimate stepped back, within the estimate's uncertainty.
+func (c *Client) notBeforeLast(now time.Time) time.Time {
+	ns := now.UnixNano()
+	for {
+		last := c.lastSubmit.Load()
+		if ns <= last {
+			return time.Unix(0, last).UTC()
+		}
+		if c.lastSubmit.CompareAndSwap(last, ns) {
+			return now
+		}
+	}
+}
+
 // newTask builds the pending task req describes.
 func (c *Client) newTask(ctx context.Context, req SubmitRequest, now time.Time) *Task {
 	d := c.defaults
@@ -158,7 +182,7 @@ func (c *Client) newTask(ctx context.Context, req SubmitRequest, now time.Time) 
 	if id == "" {
 		id = NewID()
 	}
-	now = now.UTC()
+	now = c.notBeforeLast(now.UTC())
 	avail := now.Add(req.Delay)
 	if !req.AvailableAt.IsZero() && req.AvailableAt.After(now) {
 		avail = req.AvailableAt
