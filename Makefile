@@ -62,7 +62,7 @@ lint:
 ## every `tenure bench` scenario as JSON (see BENCHMARKS.md)
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_TIME) -count 5 ./storage/...
-	$(GO) test -run '^$$' -bench 'Assign|Reassign' -count 5 ./sharding/
+	$(GO) test -run '^$$' -bench 'Assign|Reassign' -count 5 ./sharding/placement/
 	$(GO) test -run '^$$' -bench 'DetachLatency' -benchtime 20x ./sharding/
 	$(GO) test -run '^$$' -bench 'PlannedHandoff' -benchtime 2x ./sharding/
 	$(GO) test -run '^$$' -bench 'CrashFailover' -benchtime 5x ./sharding/

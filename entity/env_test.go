@@ -20,6 +20,7 @@ import (
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 	s3store "github.com/tenurehq/tenure/storage/s3"
@@ -94,7 +95,7 @@ func newEnv(t testing.TB, shards int) *env {
 	ak, sk := s3.Credentials()
 	e := &env{
 		Cluster: harness.New(t, harness.Spec{Etcd: srv.Endpoint(), Prefix: testenv.Prefix(t),
-			Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
+			Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName},
 			S3:   harness.S3{Endpoint: s3.Endpoint(), Region: s3.Region(), AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}}),
 		t:    t,
 		srv:  srv,

@@ -22,7 +22,7 @@ import (
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
-	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -86,7 +86,7 @@ func createMeta(t *testing.T, cfg runner.Config, shards int) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	meta := storage.ClusterMeta{Shards: shards, Groups: []string{"a", storage.DefaultGroup}, Hash: sharding.HashName}
+	meta := storage.ClusterMeta{Shards: shards, Groups: []string{"a", storage.DefaultGroup}, Hash: placement.HashName}
 	if _, err := rs.EnsureMeta(testContext(t), meta); err != nil {
 		t.Fatal(err)
 	}

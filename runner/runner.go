@@ -22,6 +22,7 @@ import (
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/lifecycle"
 	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 	s3store "github.com/tenurehq/tenure/storage/s3"
@@ -228,7 +229,7 @@ func (r *Runner) AdminAddr() string {
 func (r *Runner) clusterProcedure(ctx context.Context) string {
 	p, _, err := sharding.ClusterProcedure(ctx, r.rs)
 	if err != nil {
-		return sharding.HashName
+		return placement.HashName
 	}
 	return p.Name()
 }

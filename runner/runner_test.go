@@ -20,7 +20,7 @@ import (
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
-	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -39,7 +39,7 @@ func newTestCluster(t *testing.T) *testCluster {
 	ak, sk := s3.Credentials()
 	name := testenv.Name(t, 40)
 	return &testCluster{t: t, Cluster: harness.New(t, harness.Spec{Name: name, Etcd: srv.Endpoint(), Prefix: EtcdPrefix(name),
-		Meta: storage.ClusterMeta{Shards: 8, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
+		Meta: storage.ClusterMeta{Shards: 8, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName},
 		S3:   harness.S3{Endpoint: s3.Endpoint(), Region: s3.Region(), AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}})}
 }
 
@@ -337,7 +337,7 @@ func TestRunJoinsV1Cluster(t *testing.T) {
 	store := c.store()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v1 := sharding.ProcedureV1.Name()
+	v1 := placement.ProcedureV1.Name()
 	if _, err := store.EnsureMeta(ctx, storage.ClusterMeta{Shards: cfg.Shards, Groups: sortedGroups(cfg.ShardGroups), Hash: v1}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -60,7 +61,7 @@ func newClusterTB(t testing.TB, shards int, cfg Config) *cluster {
 	srv := testenv.SharedEtcd(t)
 	return &cluster{
 		Cluster: harness.New(t, harness.Spec{Etcd: srv.Endpoint(), Prefix: testenv.Prefix(t),
-			Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: HashName}}),
+			Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}}),
 		t:      t,
 		srv:    srv,
 		cfg:    cfg,
@@ -178,10 +179,10 @@ func (r *recorder) end(o Ownership, reason LossReason) {
 }
 
 // candidates describes the given runners to the assignment.
-func (c *cluster) candidates(rs []*testRunner) []Candidate {
-	var cands []Candidate
+func (c *cluster) candidates(rs []*testRunner) []placement.Candidate {
+	var cands []placement.Candidate
 	for _, r := range rs {
-		cands = append(cands, Candidate{ID: r.id, Weight: r.mgr.self.Weight, Groups: r.mgr.self.Groups})
+		cands = append(cands, placement.Candidate{ID: r.id, Weight: r.mgr.self.Weight, Groups: r.mgr.self.Groups})
 	}
 	return cands
 }
@@ -210,10 +211,10 @@ func (c *cluster) ownership(rs []*testRunner) (map[storage.ShardID]string, bool)
 
 // waitConverged waits until the runners in rs are attached and own every
 // shard once, as the assignment computed from that ownership says (a fixed
-// point of Reassign: balanced, nothing left to move).
+// point of placement.Reassign: balanced, nothing left to move).
 func (c *cluster) waitConverged(rs []*testRunner, within time.Duration) map[storage.ShardID]string {
 	c.t.Helper()
-	proc, err := ProcedureNamed(c.Meta.Hash)
+	proc, err := placement.ProcedureNamed(c.Meta.Hash)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func (c *cluster) waitConverged(rs []*testRunner, within time.Duration) map[stor
 	return own
 }
 
-func countMatch(own map[storage.ShardID]string, want Assignment) int {
+func countMatch(own map[storage.ShardID]string, want placement.Assignment) int {
 	n := 0
 	for s, r := range want {
 		if own[s] == r {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -22,15 +23,15 @@ func TestFreeShardTakenWhenSuccessorLeaves(t *testing.T) {
 	testenv.CheckLeaks(t)
 	const shards = 8
 	groups := []string{storage.DefaultGroup}
-	all := []Candidate{{ID: "b", Weight: 1}, {ID: "f", Weight: 1}, {ID: "d", Weight: 1}}
-	start := Assign(groups, shards, all)
-	base := Assignment{} // the holders once d's locks are gone
+	all := []placement.Candidate{{ID: "b", Weight: 1}, {ID: "f", Weight: 1}, {ID: "d", Weight: 1}}
+	start := placement.Assign(groups, shards, all)
+	base := placement.Assignment{} // the holders once d's locks are gone
 	for s, r := range start {
 		if r != "d" {
 			base[s] = r
 		}
 	}
-	afterDrain := Reassign(groups, shards, []Candidate{{ID: "b", Weight: 1}, {ID: "f", Weight: 1}, {ID: "d", Weight: 0}}, base)
+	afterDrain := placement.Reassign(groups, shards, []placement.Candidate{{ID: "b", Weight: 1}, {ID: "f", Weight: 1}, {ID: "d", Weight: 0}}, base)
 	var dShards, toB, toF []storage.ShardID
 	for _, s := range start.ShardsOf("d") {
 		dShards = append(dShards, s)
@@ -123,12 +124,12 @@ func TestFreeShardTakenWhenSuccessorLeaves(t *testing.T) {
 	c.ledger.checkNoOverlap(t)
 }
 
-// ownedShards lists what r owns, sorted as Assignment.ShardsOf.
+// ownedShards lists what r owns, sorted as placement.Assignment.ShardsOf.
 func ownedShards(r *testRunner) []storage.ShardID {
 	var out []storage.ShardID
 	for _, o := range r.mgr.Owned() {
 		out = append(out, o.Shard)
 	}
-	slices.SortFunc(out, compareShards)
+	slices.SortFunc(out, cmpShard)
 	return out
 }

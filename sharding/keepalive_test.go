@@ -12,6 +12,7 @@ import (
 
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -125,7 +126,7 @@ func runGated(t *testing.T, cfg Config) (*Manager, *keepAliveGate) {
 	}
 	t.Cleanup(func() { st.Close() })
 	g := &keepAliveGate{Store: st, calls: make(chan keepAliveCall)}
-	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: HashName}
+	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
 	m, err := New(g, storage.RunnerInfo{ID: "r", Weight: 1}, meta, cfg, WithLogger(testLogger(t, "r")))
 	if err != nil {
 		t.Fatal(err)

@@ -74,11 +74,12 @@ func (m *Manager) absorb(batches []storage.MembershipBatch) reaction {
 	// A shard freed by a departing runner and meant for another successor
 	// becomes ours when a later change turns it to us — that successor
 	// drains or leaves too before taking it, or (in a cluster on
-	// ProcedureV1, whose hand-overs are not path-stable) the successors'
-	// acquisitions turn it. Take it as soon as our view says it is ours,
-	// not at the next rebalance. Only shards whose last holder is leaving
-	// (drained or gone) qualify: one released by a live runner is in
-	// transit to its new owner. Pending shards keep to their retry window.
+	// placement.ProcedureV1, whose hand-overs are not path-stable) the
+	// successors' acquisitions turn it. Take it as soon as our view says it
+	// is ours, not at the next rebalance. Only shards whose last holder is
+	// leaving (drained or gone) qualify: one released by a live runner is
+	// in transit to its new owner. Pending shards keep to their retry
+	// window.
 	for _, s := range m.freedByLeavingLocked() {
 		wanted[s] = true
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/lifecycle"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -36,7 +37,7 @@ import (
 type Manager struct {
 	store   Store
 	meta    storage.ClusterMeta
-	proc    Procedure // the assignment procedure meta.Hash names
+	proc    placement.Procedure // the assignment procedure meta.Hash names
 	cfg     Config
 	log     *slog.Logger
 	machine *detachment.Machine
@@ -65,7 +66,7 @@ type Manager struct {
 	// back in time (a fresh read that raced the stream), so it is skipped.
 	// See membership.go.
 	viewRev    int64
-	assignment Assignment
+	assignment placement.Assignment
 	// streamInSync: the membership stream has delivered a listing and
 	// reported no break since, so a change of any lock of ours reaches
 	// the loop as an event (see refreshLocks). Loop goroutine only.
@@ -132,7 +133,7 @@ func New(store Store, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Con
 	if len(meta.Groups) == 0 {
 		return nil, fmt.Errorf("%w: cluster meta groups: at least one shard group is needed", ErrInvalidConfig)
 	}
-	proc, err := ProcedureNamed(meta.Hash)
+	proc, err := placement.ProcedureNamed(meta.Hash)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cluster meta hash: %w", ErrInvalidConfig, err)
 	}
@@ -268,7 +269,7 @@ func (m *Manager) adoptProcedure(ctx context.Context) error {
 		return err
 	}
 	m.log.Warn("the cluster was created with an earlier assignment procedure; using it, so that every runner computes the same owners",
-		"procedure", p.Name(), "current", HashName)
+		"procedure", p.Name(), "current", placement.HashName)
 	m.mu.Lock()
 	m.meta.Hash, m.proc = p.Name(), p
 	m.mu.Unlock()
@@ -277,7 +278,7 @@ func (m *Manager) adoptProcedure(ctx context.Context) error {
 
 // Procedure returns the assignment procedure the runner uses (the
 // cluster's, once Run has read its meta).
-func (m *Manager) Procedure() Procedure {
+func (m *Manager) Procedure() placement.Procedure {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.proc

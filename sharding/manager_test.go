@@ -17,6 +17,7 @@ import (
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -619,7 +620,7 @@ func TestDetachWhenLeaderUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: HashName}
+	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
 	m, err := New(st, storage.RunnerInfo{ID: "r", Weight: 1}, meta, cfg, WithLogger(testLogger(t, "r")))
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -203,10 +204,10 @@ func (m *Manager) readMembership(ctx context.Context) (r reaction, ok bool) {
 }
 
 // recompute derives the assignment from the runner view and the current
-// lock holders (see Reassign: shards stay with their holders while those
-// stay within their load band). This runner always counts itself with its
-// own weight (0 while draining), whatever the view says: its record may not
-// have reached the watch yet.
+// lock holders (see placement.Reassign: shards stay with their holders
+// while those stay within their load band). This runner always counts
+// itself with its own weight (0 while draining), whatever the view says:
+// its record may not have reached the watch yet.
 func (m *Manager) recompute() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -214,14 +215,14 @@ func (m *Manager) recompute() {
 }
 
 func (m *Manager) recomputeLocked() {
-	cands := make([]Candidate, 0, len(m.runners)+1)
+	cands := make([]placement.Candidate, 0, len(m.runners)+1)
 	for id, r := range m.runners {
 		if id == m.self.ID {
 			continue
 		}
-		cands = append(cands, Candidate{ID: id, Weight: r.Weight, Groups: r.Groups})
+		cands = append(cands, placement.Candidate{ID: id, Weight: r.Weight, Groups: r.Groups})
 	}
-	self := Candidate{ID: m.self.ID, Weight: m.self.Weight, Groups: m.self.Groups}
+	self := placement.Candidate{ID: m.self.ID, Weight: m.self.Weight, Groups: m.self.Groups}
 	if m.draining {
 		self.Weight = 0
 	}

@@ -9,23 +9,24 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
 // TestJoinsClusterOfEarlierProcedure: a runner of this version that joins a
-// cluster created with ProcedureV1 uses v1, so that it computes the owners
+// cluster created with placement.ProcedureV1 uses v1, so that it computes the owners
 // the cluster's other runners compute, and leaves the meta as it was; a
 // cluster whose meta names a procedure this version does not know is
 // refused with an error naming it.
 func TestJoinsClusterOfEarlierProcedure(t *testing.T) {
 	testenv.CheckLeaks(t)
 	c := newCluster(t, 16, testConfig())
-	c.Meta.Hash = ProcedureV1.Name() // created by an earlier version
+	c.Meta.Hash = placement.ProcedureV1.Name() // created by an earlier version
 	c.start("old", 1)
 	c.waitConverged(c.members(), 15*time.Second)
 
 	meta := c.Meta
-	meta.Hash = HashName // this version's own idea of a new cluster
+	meta.Hash = placement.HashName // this version's own idea of a new cluster
 	st := c.store()
 	self := storage.RunnerInfo{ID: "new", Weight: 1, Groups: []string{storage.DefaultGroup}, Version: "test"}
 	mgr, err := New(st, self, meta, c.cfg, WithHandler(c.ledger.handler("new")), WithLogger(testLogger(t, "new")))
@@ -50,14 +51,14 @@ func TestJoinsClusterOfEarlierProcedure(t *testing.T) {
 		for _, o := range mgr.Owned() {
 			own[o.Shard] = "new"
 		}
-		cands := []Candidate{{ID: "old", Weight: 1}, {ID: "new", Weight: 1}}
-		return len(own) == 16 && maps.Equal(Assignment(own), ProcedureV1.Reassign(c.Meta.Groups, 16, cands, own))
+		cands := []placement.Candidate{{ID: "old", Weight: 1}, {ID: "new", Weight: 1}}
+		return len(own) == 16 && maps.Equal(placement.Assignment(own), placement.ProcedureV1.Reassign(c.Meta.Groups, 16, cands, own))
 	})
-	if p := mgr.Procedure(); p != ProcedureV1 {
-		t.Fatalf("the new runner uses %s, want %s", p, ProcedureV1)
+	if p := mgr.Procedure(); p != placement.ProcedureV1 {
+		t.Fatalf("the new runner uses %s, want %s", p, placement.ProcedureV1)
 	}
 	stored, err := st.Meta(context.Background())
-	if err != nil || stored.Hash != ProcedureV1.Name() {
+	if err != nil || stored.Hash != placement.ProcedureV1.Name() {
 		t.Fatalf("stored meta %+v, %v: want it left at v1", stored, err)
 	}
 	c.ledger.checkNoOverlap(t)
@@ -77,24 +78,7 @@ func TestJoinsClusterOfEarlierProcedure(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	err = mgr2.Run(rctx)
-	if !errors.Is(err, ErrUnknownProcedure) || !strings.Contains(err.Error(), "v9") {
+	if !errors.Is(err, placement.ErrUnknownProcedure) || !strings.Contains(err.Error(), "v9") {
 		t.Fatalf("Run in a cluster of an unknown procedure: %v; want ErrUnknownProcedure naming it", err)
-	}
-}
-
-// TestProcedureNamed: both names resolve; anything else is refused with the
-// known names in the error.
-func TestProcedureNamed(t *testing.T) {
-	for _, p := range []Procedure{ProcedureV1, ProcedureV2} {
-		if got, err := ProcedureNamed(p.Name()); err != nil || got != p {
-			t.Errorf("ProcedureNamed(%q) = %v, %v", p.Name(), got, err)
-		}
-	}
-	if HashName != ProcedureV2.Name() {
-		t.Errorf("HashName %q is not the current procedure", HashName)
-	}
-	_, err := ProcedureNamed("md5-modulo/v1")
-	if !errors.Is(err, ErrUnknownProcedure) || !strings.Contains(err.Error(), HashName) {
-		t.Errorf("unknown name: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -294,8 +295,8 @@ func (t *shardTable) all() iter.Seq2[storage.ShardID, shardRecord] {
 
 // holders returns the view's lock holders (shard → runner id), the
 // current owners the assignment keeps shards with.
-func (t *shardTable) holders() Assignment {
-	out := make(Assignment, len(t.recs))
+func (t *shardTable) holders() placement.Assignment {
+	out := make(placement.Assignment, len(t.recs))
 	for s, r := range t.recs {
 		if r.held {
 			out[s] = r.holder

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -220,7 +221,7 @@ func TestShardTableRandom(t *testing.T) {
 // invariants (owned while detached, pending while assigned elsewhere, two
 // releases at once), logs and counts them, and leaves the shard as it was.
 func TestManagerRefusesMoves(t *testing.T) {
-	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: HashName}
+	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
 	m, err := New(nopStore{}, storage.RunnerInfo{ID: "m", Weight: 1}, meta, testConfig(), WithLogger(testLogger(t, "m")))
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestManagerRefusesMoves(t *testing.T) {
 	s0, s1 := storage.ShardID{Group: storage.DefaultGroup, Index: 0}, storage.ShardID{Group: storage.DefaultGroup, Index: 1}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.assignment = Assignment{s0: "m", s1: "other"}
+	m.assignment = placement.Assignment{s0: "m", s1: "other"}
 
 	if m.moveLocked(s0, wellFormed(s0, shardOwned, 2)) {
 		t.Error("owned while detached: allowed")

@@ -22,7 +22,7 @@ import (
 	"github.com/tenurehq/tenure/external"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/runner"
-	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -109,7 +109,7 @@ log:
 	t.Cleanup(func() { c.etcd.Close() })
 	if initialise {
 		ctx := testCtx(t, 10*time.Second)
-		meta := storage.ClusterMeta{Shards: c.shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}
+		meta := storage.ClusterMeta{Shards: c.shards, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
 		if _, err := c.etcd.EnsureMeta(ctx, meta); err != nil {
 			t.Fatal(err)
 		}

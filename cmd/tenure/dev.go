@@ -25,7 +25,7 @@ import (
 
 	"github.com/tenurehq/tenure/internal/embedded"
 	"github.com/tenurehq/tenure/runner"
-	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -255,7 +255,7 @@ func initDevMeta(ctx context.Context, cfg runner.Config) error {
 	if _, err := rs.Meta(ctx); !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
-	_, err = rs.EnsureMeta(ctx, storage.ClusterMeta{Shards: cfg.Shards, Groups: slices.Sorted(slices.Values(cfg.ShardGroups)), Hash: sharding.HashName})
+	_, err = rs.EnsureMeta(ctx, storage.ClusterMeta{Shards: cfg.Shards, Groups: slices.Sorted(slices.Values(cfg.ShardGroups)), Hash: placement.HashName})
 	if err != nil {
 		return fmt.Errorf("writing the dev cluster's meta: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tenurehq/tenure/internal/runnermetrics"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 	"github.com/tenurehq/tenure/storage/memstore"
@@ -76,7 +77,7 @@ func TestKnownMetricsExist(t *testing.T) {
 		host.Close(ctx)
 	}()
 	if _, err := sharding.New(rs, storage.RunnerInfo{ID: "metrics", Weight: 1},
-		storage.ClusterMeta{Shards: 1, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}, sharding.DefaultConfig(),
+		storage.ClusterMeta{Shards: 1, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}, sharding.DefaultConfig(),
 		sharding.WithRegistry(rec)); err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,13 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 )
 
 // AssignResult holds the figures of assign: the compute time of
-// sharding.Assign (a cold start: every shard placed) and of
-// sharding.Reassign (one runner joining n, from the current owners), one
+// placement.Assign (a cold start: every shard placed) and of
+// placement.Reassign (one runner joining n, from the current owners), one
 // group, equal weights, median of the trials.
 type AssignResult struct {
 	Runs       int            `json:"runs"`
@@ -48,12 +48,12 @@ func runAssign(ctx context.Context, e *env) (Result, error) {
 	groups := []string{storage.DefaultGroup}
 	for _, shards := range assignShards {
 		for _, n := range assignRunners {
-			cands := make([]sharding.Candidate, n+1)
+			cands := make([]placement.Candidate, n+1)
 			for i := range cands {
-				cands[i] = sharding.Candidate{ID: fmt.Sprintf("runner-%04d", i), Weight: 1}
+				cands[i] = placement.Candidate{ID: fmt.Sprintf("runner-%04d", i), Weight: 1}
 			}
 			var as, rs []float64
-			current := sharding.Assign(groups, shards, cands[:n])
+			current := placement.Assign(groups, shards, cands[:n])
 			if len(current) != shards {
 				return nil, fmt.Errorf("bench: assign %d shards to %d runners placed %d", shards, n, len(current))
 			}
@@ -61,9 +61,9 @@ func runAssign(ctx context.Context, e *env) (Result, error) {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				ta := perCall(func() { sharding.Assign(groups, shards, cands[:n]) })
-				tr := perCall(func() { sharding.Reassign(groups, shards, cands, current) })
-				if next := sharding.Reassign(groups, shards, cands, current); len(next) != shards {
+				ta := perCall(func() { placement.Assign(groups, shards, cands[:n]) })
+				tr := perCall(func() { placement.Reassign(groups, shards, cands, current) })
+				if next := placement.Reassign(groups, shards, cands, current); len(next) != shards {
 					return nil, fmt.Errorf("bench: reassign %d shards to %d runners placed %d", shards, n+1, len(next))
 				}
 				as, rs = append(as, ms(ta)), append(rs, ms(tr))

@@ -14,7 +14,7 @@ import (
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv/harness"
 	"github.com/tenurehq/tenure/runner"
-	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 )
@@ -58,7 +58,7 @@ func (e *env) newClusterWith(ctx context.Context, scenario string, shards int, l
 	}
 	name := e.clusterName(scenario)
 	c := &cluster{env: e, Cluster: harness.New(e, harness.Spec{Name: name, Etcd: in.EtcdEndpoint, Prefix: runner.EtcdPrefix(name),
-		Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName},
+		Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName},
 		S3:   harness.S3{Endpoint: in.S3Endpoint, Region: in.S3Region, AccessKey: in.AccessKey, SecretKey: in.SecretKey, Bucket: in.Bucket}})}
 	c.overrides = append(c.RunnerConfig(in.EtcdEndpoint),
 		"lease.ttl="+LeaseTTL.String(),
@@ -127,10 +127,10 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
 	}
 	var ids []string
-	var cands []sharding.Candidate
+	var cands []placement.Candidate
 	for _, r := range runners {
 		ids = append(ids, r.ID)
-		cands = append(cands, sharding.CandidateOf(r))
+		cands = append(cands, placement.CandidateOf(r))
 	}
 	sort.Strings(ids)
 	if !slices.Equal(ids, want) {
@@ -140,11 +140,11 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 	if err != nil {
 		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
 	}
-	current := sharding.Assignment(holders)
+	current := placement.Assignment(holders)
 	if len(current) != c.Meta.Shards {
 		return false, fmt.Sprintf("%d of %d shards locked", len(current), c.Meta.Shards), nil
 	}
-	next := sharding.Reassign(c.Meta.Groups, c.Meta.Shards, cands, current)
+	next := placement.Reassign(c.Meta.Groups, c.Meta.Shards, cands, current)
 	if !maps.Equal(next, current) {
 		return false, fmt.Sprintf("locks [%s] differ from the assignment [%s]", describeCounts(current.Counts()), describeCounts(next.Counts())), nil
 	}

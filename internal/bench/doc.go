@@ -18,7 +18,8 @@
 //   - s3cost: S3 requests per completed task by operation, counted on the
 //     wire by counting proxies (internal/s3count), idle requests per
 //     minute, and a monthly request-cost estimate.
-//   - assign: compute time of sharding.Assign and Reassign.
+//   - assign: compute time of placement.Assign and Reassign (package
+//     sharding/placement).
 //   - call: entity calls from a closed loop of callers inside one runner's
 //     process to echo entities of two runner processes (remote) or of its
 //     own runner (local): calls/s and latency by callers; then errors and

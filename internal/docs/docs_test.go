@@ -20,6 +20,7 @@ import (
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/memstore"
 	s3store "github.com/tenurehq/tenure/storage/s3"
@@ -319,7 +320,7 @@ func registeredMetrics(t *testing.T) metrics {
 	if err := host.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	meta := storage.ClusterMeta{Shards: 1, Groups: []string{storage.DefaultGroup}, Hash: sharding.HashName}
+	meta := storage.ClusterMeta{Shards: 1, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
 	if _, err := sharding.New(noRunnerStore{}, storage.RunnerInfo{ID: "docs", Weight: 1}, meta, sharding.DefaultConfig(), sharding.WithRegistry(rec)); err != nil {
 		t.Fatal(err)
 	}

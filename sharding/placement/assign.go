@@ -87,7 +87,7 @@
 // from — has the hand-over's end state as its assignment, and each shard
 // moves once, straight to its new owner (TestReassignPathStable).
 
-package sharding
+package placement
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package sharding
+package placement
 
 import (
 	"fmt"
@@ -630,7 +630,8 @@ func TestShardsOfAndCounts(t *testing.T) {
 }
 
 // TestMovement measures how many shards change owner when one runner joins
-// or leaves, as the manager computes it (Reassign from the current owners).
+// or leaves, as the sharding Manager computes it (Reassign from the current
+// owners).
 // A leave moves exactly the leaver's shards, the minimum; a join moves what
 // the newcomer takes, within 1.2× its ideal share on every change (in fact
 // about 1×), from 256 shards over 2–50 runners (5 each) to 4096 shards.
@@ -712,8 +713,8 @@ func TestDrain(t *testing.T) {
 		}
 	}
 
-	// Drained from the current owners (what the manager does), exactly the
-	// drained runner's shards move, whatever the sizes.
+	// Drained from the current owners (what the sharding Manager does),
+	// exactly the drained runner's shards move, whatever the sizes.
 	for _, shards := range []int{256, 4096} {
 		for _, n := range []int{2, 3, 5, 8, 20, 50} {
 			for seed := range uint64(6) {

@@ -1,4 +1,4 @@
-package sharding
+package placement
 
 import (
 	"fmt"
@@ -161,7 +161,8 @@ func convergeFlapsFor(t *testing.T, p Procedure, seeds []uint64) int {
 	flaps := 0
 	// 20 random clusters of 2–13 runners over 128 shards, a join then two
 	// leaves; and 200 joins of a fourth runner to three equal ones over 64
-	// shards (TestConvergeAndJoin's cluster), where v1 moves some twice.
+	// shards (the cluster of the sharding package's TestConvergeAndJoin),
+	// where v1 moves some twice.
 	for _, seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		shards := 128

@@ -1,4 +1,4 @@
-package sharding
+package placement
 
 import (
 	"fmt"
@@ -57,11 +57,11 @@ type movementCase struct {
 	leaveOwn  bool    // the leave moved exactly the leaver's shards
 }
 
-// measureMovement measures joins and leaves for n in ns, as the manager
-// makes them (Reassign from the current owners): a runner joining n random
-// runners (weight 1, 2 or 3 in turn when mixed), and the first of them
-// (weight 1) leaving. A ratio of 1 is the ideal: as many shards move as the
-// runner that comes or goes should own.
+// measureMovement measures joins and leaves for n in ns, as the sharding
+// Manager makes them (Reassign from the current owners): a runner joining n
+// random runners (weight 1, 2 or 3 in turn when mixed), and the first of
+// them (weight 1) leaving. A ratio of 1 is the ideal: as many shards move as
+// the runner that comes or goes should own.
 func measureMovement(shards int, ns []int, seeds uint64, mixed bool) []movementCase {
 	var out []movementCase
 	for _, n := range ns {
