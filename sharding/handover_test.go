@@ -1,0 +1,148 @@
+package sharding
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/internal/testenv/harness"
+	"github.com/tenurehq/tenure/storage"
+)
+
+// TestDrainHandsOver: a draining runner hands each shard over (handler
+// asked to requeue while the lock is still held), and successors pick each
+// up woken by the lock watch (no timer that could is due: watchOnly).
+func TestDrainHandsOver(t *testing.T) {
+	testenv.CheckLeaks(t)
+	c := newCluster(t, 32, watchOnly(testConfig()))
+	smp := c.sample()
+	d := c.start("drainer", 1)
+	c.start("heir-1", 1)
+	c.start("heir-2", 1)
+	c.waitConverged(c.members(), 15*time.Second)
+	n := len(d.mgr.Owned())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.mgr.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drained := time.Since(start)
+	testenv.WaitFor(t, "heirs to own every shard", 10*time.Second, func() bool {
+		own, ok := c.ownership([]*testRunner{c.runner("heir-1"), c.runner("heir-2")})
+		return ok && len(own) == 32
+	})
+	checkHandOverGaps(t, c, d, start, n, drained)
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
+
+// checkHandOverGaps measures, for every shard the drained runner d released
+// since start, the gap from its release to the successor's acquisition,
+// and wants none over harness.WatchBound.
+func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time, owned int, drained time.Duration) {
+	t.Helper()
+	released, gaps := c.ledger.Handovers(d.id, string(LossReleased), start)
+	if released == 0 || len(gaps) != released || len(d.mgr.Owned()) != 0 {
+		t.Fatalf("%d hand-overs recorded for %d releases (%d owned before, %d after)", len(gaps), released, owned, len(d.mgr.Owned()))
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	t.Logf("drained %d shards in %s; hand-over gap median %s, max %s", owned, drained, gaps[len(gaps)/2], gaps[len(gaps)-1])
+	// The gap runs from the handler's handoff (before the lock is deleted)
+	// to the successor's acquisition, woken by the lock watch.
+	if gaps[len(gaps)-1] > harness.WatchBound {
+		t.Errorf("a shard took %s to be picked up after its release, want within %s (woken by the lock watch)", gaps[len(gaps)-1], harness.WatchBound)
+	}
+}
+
+// gatedMembership holds back the membership stream while shut, as a
+// stream that trails the cluster does; it delivers every batch, in order,
+// when opened.
+type gatedMembership struct {
+	storage.RunnerStore
+	mu   sync.Mutex
+	gate chan struct{} // non-nil while shut; closed on opening
+}
+
+func (g *gatedMembership) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate == nil {
+		g.gate = make(chan struct{})
+	}
+}
+
+func (g *gatedMembership) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+}
+
+func (g *gatedMembership) WatchMembership(ctx context.Context) <-chan storage.MembershipBatch {
+	in := g.RunnerStore.WatchMembership(ctx)
+	out := make(chan storage.MembershipBatch)
+	go func() {
+		defer close(out)
+		for b := range in {
+			g.mu.Lock()
+			gate := g.gate
+			g.mu.Unlock()
+			if gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
+			select {
+			case out <- b:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// TestHandOverAfterViewLag: the successor's membership stream is held back
+// while a runner drains; the drain, its weight 0 and every release arrive
+// at once when the stream resumes, and the successor takes every shard
+// straight away, without a shard going anywhere else.
+func TestHandOverAfterViewLag(t *testing.T) {
+	testenv.CheckLeaks(t)
+	cfg := testConfig()
+	cfg.RebalanceInterval = 30 * time.Second
+	c := newCluster(t, 16, cfg)
+	d := c.start("drainer", 1)
+	gate := &gatedMembership{}
+	heir := c.startWith("heir", 1, func(s storage.RunnerStore) storage.RunnerStore {
+		gate.RunnerStore = s
+		return gate
+	})
+	c.waitConverged(c.members(), 15*time.Second)
+	gate.shut()
+	defer gate.open()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.mgr.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(heir.mgr.Owned()); n == 16 {
+		t.Fatal("the heir owns every shard while its view is held back")
+	}
+	opened := time.Now()
+	gate.open()
+	testenv.WaitFor(t, "the heir to own every shard", 5*time.Second, func() bool { return len(heir.mgr.Owned()) == 16 })
+	took := time.Since(opened)
+	t.Logf("the heir owned every shard %s after its view caught up", took)
+	for _, sp := range c.ledger.AcquiredAfter(opened) {
+		if sp.Runner != "heir" {
+			t.Errorf("%s acquired %s after the drain", sp.Runner, sp.Shard)
+		}
+	}
+	c.ledger.checkNoOverlap(t)
+}
