@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the sharding series of DESIGN §10, namespace "tenure",
+// metrics are the sharding series (docs/operations.md, metrics), namespace "tenure",
 // subsystem "sharding".
 type metrics struct {
 	detached            prometheus.Gauge

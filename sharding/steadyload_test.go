@@ -7,7 +7,7 @@ import (
 	"github.com/tenurehq/tenure/internal/testenv"
 )
 
-// steadyLoadBound is issue 15's bound on an idle runner's etcd traffic at
+// steadyLoadBound is the target bound on an idle runner's etcd traffic at
 // the default TTL: requests per minute, a keep-alive counting as one.
 const steadyLoadBound = 30
 
