@@ -93,10 +93,8 @@ func runningOn(rec *recorder, runner string) []auditExec {
 	return out
 }
 
-// cutWhileRunning waits until victim runs at least two tasks, then cuts it
-// off from etcd. It returns the time of the cut and the victim's
-// executions under way at that moment.
-func cutWhileRunning(t *testing.T, rec *recorder, victim *runnerProc) (time.Time, []auditExec) {
+// waitRunningTwo waits until victim runs at least two tasks at once.
+func waitRunningTwo(t *testing.T, rec *recorder, victim *runnerProc) {
 	t.Helper()
 	if err := poll.Until(context.Background(), 30*time.Second, poll.Every, func() (bool, string, error) {
 		return len(runningOn(rec, victim.id)) >= 2, "", nil
@@ -115,6 +113,14 @@ func cutWhileRunning(t *testing.T, rec *recorder, victim *runnerProc) (time.Time
 		}
 		t.Fatalf("%s ran fewer than 2 tasks at once within 30s (%v); executions seen, per runner [running, ended]: %v", victim.id, err, per)
 	}
+}
+
+// cutWhileRunning waits until victim runs at least two tasks, then cuts it
+// off from etcd. It returns the time of the cut and the victim's
+// executions under way at that moment.
+func cutWhileRunning(t *testing.T, rec *recorder, victim *runnerProc) (time.Time, []auditExec) {
+	t.Helper()
+	waitRunningTwo(t, rec, victim)
 	running := runningOn(rec, victim.id)
 	victim.proxy.SetMode(testenv.Blackhole)
 	cut := time.Now()
@@ -244,23 +250,7 @@ func TestSwitchAwayFromEnforceThenCut(t *testing.T) {
 	c, rs := startTakeoverCluster(t, rec, "e1", "e2", "e3")
 	refs := submitAudit(t, c, takeoverTasks)
 	victim := rs[2]
-	if err := poll.Until(context.Background(), 30*time.Second, poll.Every, func() (bool, string, error) {
-		return len(runningOn(rec, victim.id)) >= 2, "", nil
-	}); err != nil {
-		// Say what ran where, so that a failure tells a victim that got
-		// too few tasks from one that did not start the ones it got.
-		per := map[string][2]int{}
-		for _, x := range rec.All() {
-			n := per[x.Runner]
-			if x.End.IsZero() {
-				n[0]++
-			} else {
-				n[1]++
-			}
-			per[x.Runner] = n
-		}
-		t.Fatalf("%s ran fewer than 2 tasks at once within 30s (%v); executions seen, per runner [running, ended]: %v", victim.id, err, per)
-	}
+	waitRunningTwo(t, rec, victim)
 	setMode(t, c, "observe", 100, map[*runnerProc]string{rs[0]: "observe", rs[1]: "observe", rs[2]: "observe"})
 	cut, running := cutWhileRunning(t, rec, victim)
 	waitShardsMoved(t, c, []string{"e1", "e2"})
