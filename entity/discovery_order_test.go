@@ -266,9 +266,7 @@ func TestEntitylessWakeupsStartOldestFirst(t *testing.T) {
 		}
 	}
 	t.Logf("%d tasks started in submission order", len(got))
-	// seq i is tasks[i-1].
-	bySeq := func(s int) *task.Task { return tasks[s-1] }
-	if last := e.final(bySeq(got[len(got)-1]).Ref(), 30*time.Second); last.Status != task.Completed {
+	if last := e.final(tasks[len(tasks)-1].Ref(), 30*time.Second); last.Status != task.Completed {
 		t.Fatalf("the last task ended %s", last.Status)
 	}
 }

@@ -100,14 +100,7 @@ func (d *devProcess) stop(t *testing.T) {
 // the same data directory, the total is still 4 and counting goes on.
 func TestDevCounterSurvivesRestart(t *testing.T) {
 	data := t.TempDir()
-	var addrs []string
-	for range 4 {
-		a, err := embedded.FreeStableAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, a)
-	}
+	addrs := freeStableAddrs(t, 4)
 	cfgPath := filepath.Join(data, "tenure.yaml")
 	add := func(input string, want int64) {
 		t.Helper()
@@ -177,14 +170,7 @@ func devConfigToken(t *testing.T, path string) string {
 // etcd endpoint and suggesting `tenure dev`.
 func TestDevWithoutRunners(t *testing.T) {
 	data := t.TempDir()
-	var addrs []string
-	for range 4 {
-		a, err := embedded.FreeStableAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, a)
-	}
+	addrs := freeStableAddrs(t, 4)
 	cfgPath := filepath.Join(data, "tenure.yaml")
 	d := startDev(t, data, addrs, "--runners", "0")
 
@@ -249,4 +235,19 @@ func TestDevToken(t *testing.T) {
 	if err != nil || loaded.Admin.Token != a {
 		t.Errorf("the written config loads with admin.token %q (%v), want %q", loaded.Admin.Token, err, a)
 	}
+}
+
+// freeStableAddrs returns n addresses that stay free across a restart of
+// tenure dev (embedded.FreeStableAddr).
+func freeStableAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		a, err := embedded.FreeStableAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs
 }
