@@ -152,9 +152,18 @@ func TestSweepKeepsReplayedTask(t *testing.T) {
 	if tk := e.final(failed.Ref(), 20*time.Second); tk.Status != task.Failed {
 		t.Fatalf("the flaky task ended %s", tk.Status)
 	}
-	first.stop()
 	ctx := ctxFor(t, 60*time.Second)
-	// The failed task has no ready pointer: only the sweep reads it.
+	// The failed task has no ready pointer once its owner's trailing
+	// delete (after the commit, not waited for by it) is done: wait for
+	// it before stopping the owner, which would cut it short. From then
+	// on only the sweep reads the task.
+	var ptrs []task.Pointer
+	var err error
+	testenv.WaitFor(t, "the failed task's ready pointer deleted", 20*time.Second, func() bool {
+		ptrs, _, err = e.tasks.ListPointers(ctx, failed.Shard, "", 0)
+		return err == nil && len(ptrs) == 0
+	})
+	first.stop()
 	if ptrs, _, err := e.tasks.ListPointers(ctx, failed.Shard, "", 0); err != nil || len(ptrs) != 0 {
 		t.Fatalf("pointers of the shard: %v %v, want none", ptrs, err)
 	}
