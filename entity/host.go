@@ -170,6 +170,10 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 // on its first task.
 func (h *Host) Register(typ string, f Factory) error { return h.reg.register(typ, f) }
 
+// Define registers an entity type defined by its operations (see
+// Define). A definition error is returned here.
+func (h *Host) Define(d *Definition) error { return h.reg.define(d) }
+
 // RegisterFunc registers a task type handled by fn, with no per-entity
 // state.
 func (h *Host) RegisterFunc(typ string, fn HandlerFunc) error { return h.reg.registerFunc(typ, fn) }

@@ -21,6 +21,10 @@ import (
 type Message struct {
 	Type string // the entity type
 	ID   string // the entity id
+	// Op names the operation of the type to run (see Define); empty runs
+	// its default operation, or Receive/Handle on a type without
+	// operations.
+	Op string
 	// Body is the caller's request: JSON for the JSON helpers and the HTTP
 	// path, any bytes otherwise.
 	Body []byte
@@ -96,6 +100,10 @@ type Caller interface {
 	// Send delivers body to the entity without waiting for the handler: it
 	// returns once the owner has accepted the message.
 	Send(ctx context.Context, typ, id string, body []byte) error
+	// Invoke delivers m, a call of m.Op (or a send if m.OneWay), and
+	// returns its reply (nil for a send). Call and Send are Invoke of the
+	// default operation.
+	Invoke(ctx context.Context, m *Message) ([]byte, error)
 }
 
 // ErrNoCaller is returned by the Caller of CallerFrom on a context that
@@ -137,6 +145,7 @@ func (noCaller) Call(context.Context, string, string, []byte) ([]byte, error) {
 	return nil, ErrNoCaller
 }
 func (noCaller) Send(context.Context, string, string, []byte) error { return ErrNoCaller }
+func (noCaller) Invoke(context.Context, *Message) ([]byte, error) { return nil, ErrNoCaller }
 
 // CallJSON calls the entity (typ, id) through c with in encoded as JSON and
 // decodes its reply into an Out (an empty reply is Out's zero value).

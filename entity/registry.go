@@ -73,6 +73,35 @@ var typeName = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,128}$`)
 type registry struct {
 	mu    sync.RWMutex
 	types map[string]Factory
+	defs  map[string]*Definition // the types made by Define
+}
+
+// define registers a type made by Define.
+func (r *registry) define(d *Definition) error {
+	if d == nil {
+		return fmt.Errorf("%w: nil entity definition", ErrInvalidConfig)
+	}
+	if d.defErr != nil {
+		return d.defErr
+	}
+	if err := r.register(d.name, d.factory()); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.defs == nil {
+		r.defs = map[string]*Definition{}
+	}
+	r.defs[d.name] = d
+	return nil
+}
+
+// definition returns the Definition of typ if Define made it.
+func (r *registry) definition(typ string) (*Definition, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.defs[typ]
+	return d, ok
 }
 
 func (r *registry) register(typ string, f Factory) error {
@@ -104,13 +133,14 @@ func (r *registry) registerFunc(typ string, fn HandlerFunc) error {
 
 // clone returns a registry holding r's types; nil r gives an empty one.
 func (r *registry) clone() *registry {
-	c := &registry{types: map[string]Factory{}}
+	c := &registry{types: map[string]Factory{}, defs: map[string]*Definition{}}
 	if r == nil {
 		return c
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maps.Copy(c.types, r.types)
+	maps.Copy(c.defs, r.defs)
 	return c
 }
 

@@ -105,6 +105,11 @@ func ReminderFrom(ctx context.Context) (name string, ok bool) {
 
 // RemindAfter is Remind at d from now (S3 time).
 func RemindAfter(ctx context.Context, name string, d time.Duration, input any) error {
+	return remindAfter(ctx, name, d, "", input)
+}
+
+// remindAfter is RemindAfter of the operation op.
+func remindAfter(ctx context.Context, name string, d time.Duration, op string, input any) error {
 	s, err := selfFrom(ctx)
 	if err != nil {
 		return err
@@ -113,7 +118,7 @@ func RemindAfter(ctx context.Context, name string, d time.Duration, input any) e
 	if err != nil {
 		return fmt.Errorf("entity: reminder %q of %s/%s: reading the S3 clock: %w", name, s.typ, s.id, err)
 	}
-	return Remind(ctx, name, now.Now.Add(d), input)
+	return remind(ctx, name, now.Now.Add(d), op, input)
 }
 
 // Remind schedules the reminder name of the handler's entity at the S3
@@ -123,6 +128,15 @@ func RemindAfter(ctx context.Context, name string, d time.Duration, input any) e
 // is replaced, except the one running now (a handler re-arming its own
 // reminder). Remind fails with ErrNoReminders outside an entity's handler.
 func Remind(ctx context.Context, name string, at time.Time, input any) error {
+	return remind(ctx, name, at, "", input)
+}
+
+// remind is Remind of the operation op (of a type made by Define; "" for
+// its default, or for a type without operations).
+func remind(ctx context.Context, name string, at time.Time, op string, input any) error {
+	if err := task.ValidateOp(op); err != nil {
+		return fmt.Errorf("entity: reminder %q: %w", name, err)
+	}
 	if !reminderName.MatchString(name) {
 		return fmt.Errorf("%w: %q must match %s", ErrBadReminderName, name, reminderName)
 	}
@@ -139,7 +153,7 @@ func Remind(ctx context.Context, name string, at time.Time, input any) error {
 	at = at.Truncate(time.Millisecond)
 	id := reminderID(s.typ, s.id, name, at)
 	c := s.e.h.taskClient
-	t, created, err := c.Submit(ctx, task.SubmitRequest{ID: id, Type: s.typ, Entity: s.id, Input: raw, AvailableAt: at})
+	t, created, err := c.Submit(ctx, task.SubmitRequest{ID: id, Type: s.typ, Entity: s.id, Op: op, Input: raw, AvailableAt: at})
 	if err != nil {
 		return fmt.Errorf("entity: reminder %q of %s/%s: %w", name, s.typ, s.id, err)
 	}

@@ -15,6 +15,10 @@ type Types struct {
 // Register adds an entity type, as Host.Register does.
 func (t *Types) Register(typ string, f Factory) error { return t.reg.register(typ, f) }
 
+// Define adds an entity type defined by its operations, as Host.Define
+// does.
+func (t *Types) Define(d *Definition) error { return t.reg.define(d) }
+
 // RegisterFunc adds a task type without per-entity state, as
 // Host.RegisterFunc does.
 func (t *Types) RegisterFunc(typ string, fn HandlerFunc) error { return t.reg.registerFunc(typ, fn) }

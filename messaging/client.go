@@ -75,20 +75,32 @@ func (c *Client) Close() error {
 // returns its reply. See the package documentation for when it retries
 // and what its errors mean.
 func (c *Client) Call(ctx context.Context, typ, id string, body []byte) ([]byte, error) {
-	return c.do(ctx, kindCall, typ, id, body)
+	return c.do(ctx, kindCall, typ, id, "", body)
 }
 
 // Send delivers body to the entity (typ, id) and returns once its owner
 // has accepted it, without waiting for the handler. It is retried under
 // the rules of Call.
 func (c *Client) Send(ctx context.Context, typ, id string, body []byte) error {
-	_, err := c.do(ctx, kindSend, typ, id, body)
+	_, err := c.do(ctx, kindSend, typ, id, "", body)
 	return err
+}
+
+// Invoke delivers m: a call of the operation m.Op of the entity (m.Type,
+// m.ID), or a send if m.OneWay (its reply is then nil). It is retried
+// under the rules of Call.
+func (c *Client) Invoke(ctx context.Context, m *entity.Message) ([]byte, error) {
+	kind := kindCall
+	if m.OneWay {
+		kind = kindSend
+	}
+	return c.do(ctx, kind, m.Type, m.ID, m.Op, m.Body)
 }
 
 // call is one Call or Send across its attempts.
 type call struct {
 	kind, typ, id string
+	op            string // the operation; "" is the type's default
 	body          []byte
 	shard         storage.ShardID
 	trace         map[string]string
@@ -98,9 +110,9 @@ type call struct {
 	last          error // why the last attempt did not finish the call
 }
 
-func (c *Client) do(ctx context.Context, kind, typ, id string, body []byte) ([]byte, error) {
+func (c *Client) do(ctx context.Context, kind, typ, id, op string, body []byte) ([]byte, error) {
 	start := time.Now()
-	cl := &call{kind: kind, typ: typ, id: id, body: body}
+	cl := &call{kind: kind, typ: typ, id: id, op: op, body: body}
 	var reply []byte
 	err := c.check(cl)
 	if err == nil {
@@ -308,7 +320,7 @@ func (c *Client) attempt(ctx context.Context, cl *call, owner routing.Owner) ([]
 
 func (c *Client) attemptLocal(ctx context.Context, cl *call, owner routing.Owner) ([]byte, result, error) {
 	out, err := c.opts.local.Deliver(ctx, entity.Delivery{
-		Message: entity.Message{Type: cl.typ, ID: cl.id, Body: cl.body, OneWay: cl.kind == kindSend},
+		Message: entity.Message{Type: cl.typ, ID: cl.id, Op: cl.op, Body: cl.body, OneWay: cl.kind == kindSend},
 		Shard:   cl.shard,
 		Epoch:   owner.Epoch,
 	})
@@ -337,7 +349,7 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 		return nil, notSent, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	req := &callpb.CallRequest{Type: cl.typ, Id: cl.id, Group: c.cfg.Group, Payload: cl.body,
-		Epoch: owner.Epoch, OneWay: cl.kind == kindSend, Trace: cl.trace}
+		Epoch: owner.Epoch, OneWay: cl.kind == kindSend, Trace: cl.trace, Op: cl.op}
 	// The write sequence is read before grpc can queue the request: the
 	// request's bytes are written after, under higher numbers (sendProbe).
 	probe := &sendProbe{before: pc.writes.Load()}

@@ -138,7 +138,7 @@ func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.S
 			attribute.String("tenure.shard", shard.String()), attribute.Int64("tenure.epoch", req.Epoch))
 	}
 	out, err := s.d.Deliver(ctx, entity.Delivery{
-		Message: entity.Message{Type: req.Type, ID: req.Id, Body: req.Payload, OneWay: req.OneWay},
+		Message: entity.Message{Type: req.Type, ID: req.Id, Op: req.Op, Body: req.Payload, OneWay: req.OneWay},
 		Shard:   shard,
 		Epoch:   req.Epoch,
 	})

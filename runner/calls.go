@@ -188,6 +188,16 @@ func (c *Client) Send(ctx context.Context, typ, id string, body []byte) error {
 	return caller.Send(ctx, typ, id, body)
 }
 
+// Invoke delivers m, a call of the operation m.Op of the entity (m.Type,
+// m.ID) or a send if m.OneWay, wherever the entity lives.
+func (c *Client) Invoke(ctx context.Context, m *entity.Message) ([]byte, error) {
+	caller, err := c.caller()
+	if err != nil {
+		return nil, err
+	}
+	return caller.Invoke(ctx, m)
+}
+
 func (c *Client) caller() (entity.Caller, error) {
 	if err := c.check(); err != nil {
 		return nil, err

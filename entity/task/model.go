@@ -168,6 +168,10 @@ type Task struct {
 	// entity run concurrently.
 	Entity string          `json:"entity,omitempty"`
 	Shard  storage.ShardID `json:"-"` // encoded as "shard": "group/index"
+	// Op names the operation of the entity type that runs the task (see
+	// entity.Define); empty runs the type's default operation, or the
+	// handler of a type registered without operations.
+	Op string `json:"op,omitempty"`
 	// Input is the handler's argument: valid JSON or empty.
 	Input  json.RawMessage `json:"input,omitempty"`
 	Status Status          `json:"status"`

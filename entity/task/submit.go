@@ -27,6 +27,10 @@ type SubmitRequest struct {
 	Type string
 	// Entity, optional, addresses the task to one entity (see ValidateEntity).
 	Entity string
+	// Op, optional, names the operation of the entity type that runs the
+	// task (see entity.Define); empty runs its default operation. See
+	// ValidateOp.
+	Op string
 	// Input is the handler's argument: valid JSON or empty, at most the
 	// store's MaxInputSize bytes.
 	Input json.RawMessage
@@ -52,6 +56,9 @@ func (c *Client) validate(req SubmitRequest) error {
 		return err
 	}
 	if err := ValidateEntity(req.Entity); err != nil {
+		return err
+	}
+	if err := ValidateOp(req.Op); err != nil {
 		return err
 	}
 	if limit := c.store.opts.MaxInputSize; len(req.Input) > limit {
@@ -193,6 +200,7 @@ func (c *Client) newTask(ctx context.Context, req SubmitRequest, now time.Time) 
 		ID:          id,
 		Type:        req.Type,
 		Entity:      req.Entity,
+		Op:          req.Op,
 		Shard:       ShardOf(c.cfg.Group, c.cfg.Shards, req.Type, req.Entity, id),
 		Input:       bytes.Clone(req.Input),
 		Status:      Pending,
@@ -223,6 +231,8 @@ func (c *Client) existing(ctx context.Context, mine *Task) (*Task, bool, error) 
 		field = "type"
 	case cur.Entity != mine.Entity:
 		field = "entity"
+	case cur.Op != mine.Op:
+		field = "op"
 	case !sameJSON(cur.Input, mine.Input):
 		field = "input"
 	}

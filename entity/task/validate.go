@@ -43,6 +43,18 @@ func ValidateEntity(entity string) error {
 	return nil
 }
 
+// ValidateOp checks an operation name: empty (the type's default
+// operation), or 1 to 128 bytes of [A-Za-z0-9_], starting with a letter:
+// the names Go methods have.
+func ValidateOp(op string) error {
+	if op != "" && !validOp.MatchString(op) {
+		return &ValidationError{Field: "op", Value: strconv.Quote(abbrev(op, 40)), Rule: "must match " + validOp.String()}
+	}
+	return nil
+}
+
+var validOp = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}$`)
+
 // ValidateGroup checks a shard group name: ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$,
 // the rule storage/etcd applies.
 func ValidateGroup(group string) error {

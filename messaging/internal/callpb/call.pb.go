@@ -248,7 +248,10 @@ type CallRequest struct {
 	// waiting for the handler.
 	OneWay bool `protobuf:"varint,6,opt,name=one_way,json=oneWay,proto3" json:"one_way,omitempty"`
 	// W3C trace context (traceparent, tracestate).
-	Trace         map[string]string `protobuf:"bytes,7,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Trace map[string]string `protobuf:"bytes,7,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The operation of the entity type to run; empty runs its default
+	// operation (or the handler of a type without operations).
+	Op            string `protobuf:"bytes,8,opt,name=op,proto3" json:"op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +333,13 @@ func (x *CallRequest) GetTrace() map[string]string {
 		return x.Trace
 	}
 	return nil
+}
+
+func (x *CallRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
 }
 
 // CallReply is the receiver's decision: the handler's reply, a refusal (the
@@ -609,7 +619,7 @@ var File_tenure_call_v1_call_proto protoreflect.FileDescriptor
 
 const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\n" +
-	"\x19tenure/call/v1/call.proto\x12\x0etenure.call.v1\"\x88\x02\n" +
+	"\x19tenure/call/v1/call.proto\x12\x0etenure.call.v1\"\x98\x02\n" +
 	"\vCallRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -617,7 +627,8 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x17\n" +
 	"\aone_way\x18\x06 \x01(\bR\x06oneWay\x12<\n" +
-	"\x05trace\x18\a \x03(\v2&.tenure.call.v1.CallRequest.TraceEntryR\x05trace\x1a8\n" +
+	"\x05trace\x18\a \x03(\v2&.tenure.call.v1.CallRequest.TraceEntryR\x05trace\x12\x0e\n" +
+	"\x02op\x18\b \x01(\tR\x02op\x1a8\n" +
 	"\n" +
 	"TraceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
