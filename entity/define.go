@@ -312,4 +312,6 @@ func (e *UnknownOpError) Error() string {
 }
 
 // Is matches ErrUnknownOp and ErrBadInput.
-func (e *UnknownOpError) Is(target error) bool { return target == ErrUnknownOp || target == ErrBadInput }
+func (e *UnknownOpError) Is(target error) bool {
+	return target == ErrUnknownOp || target == ErrBadInput
+}

@@ -83,7 +83,7 @@ func TestDefineOperations(t *testing.T) {
 	mustInvoke(t, b, "cart", "c1", "Add", `"apple"`, `1`)
 	mustInvoke(t, b, "cart", "c1", "add", `"pear"`, `2`)
 	mustInvoke(t, b, "cart", "c1", "", `"fig"`, `3`) // the default
-	if got := ops.take(); got["put"] != 4 { // the fence, then one per writing operation
+	if got := ops.take(); got["put"] != 4 {          // the fence, then one per writing operation
 		t.Fatalf("state requests after 3 adds: %v, want 4 puts", got)
 	}
 	mustInvoke(t, b, "cart", "c1", "List", ``, `["apple","pear","fig"]`)

@@ -171,7 +171,7 @@ func (fakeCaller) Call(context.Context, string, string, []byte) ([]byte, error) 
 	return []byte(`"fake"`), nil
 }
 func (fakeCaller) Send(context.Context, string, string, []byte) error { return nil }
-func (fakeCaller) Invoke(context.Context, *Message) ([]byte, error)  { return nil, nil }
+func (fakeCaller) Invoke(context.Context, *Message) ([]byte, error)   { return nil, nil }
 
 type sumIn struct{ A, B int }
 type sumOut struct {

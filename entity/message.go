@@ -145,7 +145,7 @@ func (noCaller) Call(context.Context, string, string, []byte) ([]byte, error) {
 	return nil, ErrNoCaller
 }
 func (noCaller) Send(context.Context, string, string, []byte) error { return ErrNoCaller }
-func (noCaller) Invoke(context.Context, *Message) ([]byte, error) { return nil, ErrNoCaller }
+func (noCaller) Invoke(context.Context, *Message) ([]byte, error)   { return nil, ErrNoCaller }
 
 // CallJSON calls the entity (typ, id) through c with in encoded as JSON and
 // decodes its reply into an Out (an empty reply is Out's zero value).
