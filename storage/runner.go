@@ -42,9 +42,14 @@ type RunnerInfo struct {
 	// CallAddr is where the runner serves entity calls (gRPC, and HTTP +
 	// JSON): host:port, or empty when it serves none. Records of runners
 	// older than entity messaging have none.
-	CallAddr  string    `json:"call_addr,omitempty"`
-	Weight    float64   `json:"weight"`     // assignment weight; 0 drains the runner
-	Groups    []string  `json:"groups"`     // shard groups it serves
+	CallAddr string   `json:"call_addr,omitempty"`
+	Weight   float64  `json:"weight"` // assignment weight; 0 drains the runner
+	Groups   []string `json:"groups"` // shard groups it serves
+	// Types are the entity and task types the runner hosts, sorted, so
+	// that callers route a type to the group whose runners host it and
+	// operators see a type no runner hosts. Records of runners older than
+	// placement by type have none.
+	Types     []string  `json:"types,omitempty"`
 	Version   string    `json:"version"`    // software version
 	StartedAt time.Time `json:"started_at"` // process start
 
