@@ -80,14 +80,14 @@ func (c *Cart) Checkout(ctx entity.Context) (Summary, error) {
 }
 
 // Abandon empties the cart; only its reminder runs it. It tells the
-// ledger with a send.
+// ledger with a send, through the caller its context carries.
 func (c *Cart) Abandon(ctx entity.Context) error {
 	if ctx.Reminder() != "abandon" {
 		return entity.NewAppError(entity.CodeInvalid, "Abandon runs from its reminder only")
 	}
 	c.Items = nil
 	c.AbandonedAt = ctx.Now()
-	return ctx.Caller().Send(ctx, "ledger", "shop", nil)
+	return entity.CallerFrom(ctx).Send(ctx, "ledger", "shop", nil)
 }
 
 // Audit calls the ledger, which calls this cart back: a cycle.

@@ -30,7 +30,8 @@ var start = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
 // would write to S3 is kept in the Unit, where the test reads it. See the
 // package documentation. Its methods are safe for concurrent use;
 // operations of one entity run one at a time, in the order they take its
-// turn.
+// turn (read-only ones too, which a runner may run side by side). Every
+// change is saved at once: entity.SaveBehind's coalescing is not modelled.
 type Unit struct {
 	tb    testing.TB
 	types map[string]*entity.Definition
@@ -65,8 +66,7 @@ type unitEntity struct {
 
 // outgoing is a send waiting for delivery.
 type outgoing struct {
-	m     entity.Message
-	chain []entKey
+	m entity.Message
 }
 
 // New returns a Unit running the given types. A definition error or a
@@ -167,7 +167,7 @@ func (u *Unit) invoke(ctx context.Context, chain []entKey, m *entity.Message) ([
 			return nil, err
 		}
 		u.mu.Lock()
-		u.outbox = append(u.outbox, outgoing{m: *m, chain: chain})
+		u.outbox = append(u.outbox, outgoing{m: *m})
 		u.mu.Unlock()
 		if len(chain) == 0 {
 			u.flush()
@@ -251,6 +251,9 @@ func (u *Unit) run(ctx context.Context, chain []entKey, k entKey, op string, inp
 			path = append(path, c.String())
 		}
 		return nil, fmt.Errorf("%w: %s → %s: %s would wait for its own turn", ErrCallCycle, strings.Join(path, " → "), k, k)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("tenuretest: %s %s: %w: %w", k, op, entity.ErrNotStarted, err)
 	}
 	e := u.entity(k, d)
 	select {

@@ -329,3 +329,18 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.fatal = fmt.Sprintf(format, args...)
 	panic(f)
 }
+
+// TestCancelledContext: an operation whose caller gave up before it
+// started does not run.
+func TestCancelledContext(t *testing.T) {
+	u, _ := newShop(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	addOp := entity.Operation[Item, Summary]{Type: "cart", Name: "Add"}
+	if _, err := addOp.Call(ctx, u, "alice", Item{SKU: "a", Price: 1}); !errors.Is(err, entity.ErrNotStarted) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Add with a cancelled context: %v", err)
+	}
+	if u.Saves("cart", "alice") != 0 || u.Active("cart", "alice") {
+		t.Fatal("the cancelled Add ran")
+	}
+}
