@@ -140,7 +140,7 @@ func (c *Client) check(cl *call) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if f := checkNames(cl.typ, cl.id, c.cfg.Group); f != nil {
+	if f := checkNames(cl.typ, cl.id, c.cfg.Group, cl.op); f != nil {
 		return c.callError(cl, f)
 	}
 	if len(cl.body) > c.cfg.MaxMessageBytes {
