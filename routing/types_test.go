@@ -1,6 +1,8 @@
 package routing_test
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -174,4 +176,60 @@ func registerInfo(t *testing.T, st storage.Registrar, r storage.RunnerInfo) stor
 	}
 	keepAlive(t, ss)
 	return ss
+}
+
+// TestTypeGaps: a group's runners that lack types others of the group
+// list; runners of other groups and untyped runners do not count.
+func TestTypeGaps(t *testing.T) {
+	runners := []storage.RunnerInfo{
+		typed("a", []string{"default"}, "cart", "order"),
+		typed("b", []string{"default"}, "cart"),
+		typed("c", []string{"default", "billing"}, "cart", "order", "refund"),
+		typed("d", []string{"billing"}, "invoice"), // another group
+		typed("e", nil, "cart", "order", "refund"), // every group
+		{ID: "old", Weight: 1, Groups: []string{"default"}},
+	}
+	got := routing.TypeGaps("default", runners)
+	want := []routing.TypeGap{{Runner: "a", Missing: []string{"refund"}}, {Runner: "b", Missing: []string{"order", "refund"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("TypeGaps(default) = %+v; want %+v", got, want)
+	}
+	if got := routing.TypeGaps("default", runners[2:3]); got != nil {
+		t.Fatalf("TypeGaps of one runner = %+v; want none", got)
+	}
+	f := newFeed(runners...)
+	if got := f.tbl.TypeGaps("default"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Table.TypeGaps(default) = %+v; want %+v", got, want)
+	}
+	wantBilling := []routing.TypeGap{
+		{Runner: "c", Missing: []string{"invoice"}},
+		{Runner: "d", Missing: []string{"cart", "order", "refund"}},
+		{Runner: "e", Missing: []string{"invoice"}},
+	}
+	if got := f.tbl.TypeGaps("billing"); !reflect.DeepEqual(got, wantBilling) {
+		t.Fatalf("Table.TypeGaps(billing) = %+v; want %+v", got, wantBilling)
+	}
+}
+
+// BenchmarkPlaceType is the cost a call pays to place its type: 64
+// runners in 4 groups, 16 types each.
+func BenchmarkPlaceType(b *testing.B) {
+	var runners []storage.RunnerInfo
+	for i := range 64 {
+		g := fmt.Sprintf("g%d", i%4)
+		var types []string
+		for j := range 16 {
+			types = append(types, fmt.Sprintf("%s-type%d", g, j))
+		}
+		runners = append(runners, typed(fmt.Sprintf("r%d", i), []string{g}, types...))
+	}
+	tbl := newFeed(runners...).tbl
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, h := tbl.PlaceType("g2-type7", "g0"); h != routing.Hosted {
+				b.Fatal(h)
+			}
+		}
+	})
 }
