@@ -71,8 +71,9 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Call delivers body to the entity (typ, id) of the Config's group and
-// returns its reply. See the package documentation for when it retries
+// Call delivers body to the entity (typ, id) and returns its reply. The
+// entity lives in the shard group whose runners host typ (see the package
+// documentation, Placement by type). See the package documentation for when it retries
 // and what its errors mean.
 func (c *Client) Call(ctx context.Context, typ, id string, body []byte) ([]byte, error) {
 	return c.do(ctx, kindCall, typ, id, "", body)
@@ -101,6 +102,7 @@ func (c *Client) Invoke(ctx context.Context, m *entity.Message) ([]byte, error) 
 type call struct {
 	kind, typ, id string
 	op            string // the operation; "" is the type's default
+	group         string // the shard group the type is placed in
 	body          []byte
 	shard         storage.ShardID
 	trace         map[string]string
@@ -121,7 +123,9 @@ func (c *Client) do(ctx context.Context, kind, typ, id, op string, body []byte) 
 			ctx, cancel = context.WithTimeout(ctx, c.cfg.DefaultTimeout)
 			defer cancel()
 		}
-		cl.shard = shardkey.Of(c.cfg.Group, c.cfg.Shards, typ, id, "")
+		err = c.place(ctx, cl)
+	}
+	if err == nil {
 		var span trace.Span
 		ctx, span = c.tracer.Start(ctx, "tenure.call", trace.WithSpanKind(trace.SpanKindClient))
 		if sc := span.SpanContext(); sc.IsValid() {
@@ -140,12 +144,37 @@ func (c *Client) check(cl *call) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if f := checkNames(cl.typ, cl.id, c.cfg.Group); f != nil {
+	if f := checkNames(cl.typ, cl.id, c.cfg.Group, cl.op); f != nil {
 		return c.callError(cl, f)
 	}
 	if len(cl.body) > c.cfg.MaxMessageBytes {
 		return &TooLargeError{What: "request", Size: len(cl.body), Limit: c.cfg.MaxMessageBytes}
 	}
+	return nil
+}
+
+// place finds the shard group of cl's type and computes its shard there.
+// It waits for the table's first listing (or ctx's end): before it, the
+// view has no runner, and a type hosted in another group would be routed
+// to the Config's.
+func (c *Client) place(ctx context.Context, cl *call) error {
+	select {
+	case <-c.table.Ready():
+	default:
+		if err := c.table.WaitReady(ctx); err != nil {
+			return fmt.Errorf("messaging: call %s/%s: the routing table has no view of the cluster yet: %w: %w", cl.typ, cl.id, ErrNoOwner, err)
+		}
+	}
+	group, h := c.table.PlaceType(cl.typ, c.cfg.Group)
+	switch {
+	case h == routing.NotHosted:
+		return &CallError{Type: cl.typ, ID: cl.id, Code: callpb.Failure_CODE_TYPE_NOT_HOSTED, applied: AppliedNo,
+			Message: fmt.Sprintf("no runner of the cluster hosts entity type %q: every runner lists the types it hosts, and none lists it (are its runners deployed?)", cl.typ)}
+	case group == "":
+		group = c.cfg.Group
+	}
+	cl.group = group
+	cl.shard = shardkey.Of(group, c.cfg.Shards, cl.typ, cl.id, "")
 	return nil
 }
 
@@ -348,7 +377,7 @@ func (c *Client) attemptRemote(ctx context.Context, cl *call, owner routing.Owne
 	if err != nil {
 		return nil, notSent, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
-	req := &callpb.CallRequest{Type: cl.typ, Id: cl.id, Group: c.cfg.Group, Payload: cl.body,
+	req := &callpb.CallRequest{Type: cl.typ, Id: cl.id, Group: cl.group, Payload: cl.body,
 		Epoch: owner.Epoch, OneWay: cl.kind == kindSend, Trace: cl.trace, Op: cl.op}
 	// The write sequence is read before grpc can queue the request: the
 	// request's bytes are written after, under higher numbers (sendProbe).

@@ -332,6 +332,7 @@ func TestFailuresMapToTypedErrors(t *testing.T) {
 		// own deadline in its text: never the caller's deadline.
 		"interrupted": fmt.Errorf("%w by its runner: detached: keep-alive: context deadline exceeded", entity.ErrInterrupted),
 		"app":         entity.Permanent(app),
+		"unknownop":   entity.Permanent(&entity.UnknownOpError{Type: "echo", Op: "Reset", Ops: []string{"Add", "Get"}}),
 	}
 	d := func(_ context.Context, d entity.Delivery) ([]byte, error) {
 		if d.ID == "huge" {
@@ -356,6 +357,8 @@ func TestFailuresMapToTypedErrors(t *testing.T) {
 		{"interrupted", messaging.Code(8), []error{entity.ErrInterrupted}, []error{context.DeadlineExceeded, context.Canceled}, "detached", unknown},
 		{"app", messaging.Code(9), nil, []error{messaging.ErrHandler}, "checked out", yes},
 		{"huge", messaging.Code(7), []error{messaging.ErrTooLarge}, nil, "reply of", yes},
+		{"unknownop", messaging.Code(11), []error{messaging.ErrUnknownOp, entity.ErrUnknownOp, messaging.ErrBadInput, entity.ErrBadInput},
+			[]error{messaging.ErrUnknownType}, `no operation "Reset" (have Add, Get)`, no},
 	}
 	for _, local := range []bool{false, true} {
 		for _, tc := range cases {
@@ -478,5 +481,9 @@ func TestBadNames(t *testing.T) {
 		if !errors.Is(err, messaging.ErrBadInput) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Call(%q, %q): %v; want bad input naming %q", tc.typ, tc.id, err, tc.want)
 		}
+	}
+	_, err := c.Invoke(ctxT(t), &entity.Message{Type: "echo", ID: "e1", Op: "9lives"})
+	if !errors.Is(err, messaging.ErrBadInput) || !strings.Contains(err.Error(), `op "9lives"`) {
+		t.Errorf("Invoke op 9lives: %v; want bad input naming the op", err)
 	}
 }

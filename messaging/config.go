@@ -17,8 +17,11 @@ type Config struct {
 	// Shards is the cluster's shard count: both sides compute an entity's
 	// shard from it, so it must match the cluster's (sharding) count.
 	Shards int
-	// Group is the shard group of the entities a Client calls, and the one
-	// a Server assumes for a request that names none.
+	// Group is the shard group a Client calls an entity type in when the
+	// runners' records do not say which group hosts it (runners older than
+	// placement by type list no types), and its choice when several groups
+	// host it; and the group a Server assumes for a request that names
+	// none.
 	Group string
 	// MaxMessageBytes bounds a request's payload and a reply. The client
 	// refuses a larger request before sending it (ErrTooLarge); the server

@@ -10,6 +10,20 @@
 // message — the ownership gate, the mailbox, the handler — is the host's
 // (entity.Host.Deliver, behind the Deliverer interface).
 //
+// # Placement by type
+//
+// A call names no shard group: the Client asks its table which group's
+// runners host the entity type (routing.Table.PlaceType, from the types
+// each runner lists in its record) and computes the shard in that group;
+// when several groups host it, Config.Group if it is one, else the
+// lexically first. When the records do not say (a runner older than
+// placement by type lists no types), the call goes to Config.Group, as
+// before. When every runner lists its types and none lists the call's
+// type, the call fails at once, not sent, with ErrTypeNotHosted
+// (CODE_TYPE_NOT_HOSTED). The receiving runner computes the shard from the
+// group the request names, and refuses a call for a shard it does not
+// hold, whichever group the caller chose.
+//
 // # Failover semantics
 //
 // Each attempt is delivered at most once: a runner that receives a request
@@ -37,8 +51,8 @@
 //   - No owner: no lock is held on the shard. The Client waits on the
 //     table (routing.Table.AwaitOwner) until one is, or the deadline.
 //   - A failure (*CallError): the owner decided, and says whether the
-//     handler ran (CallError.Applied): not started (unknown type, bad
-//     input, the caller's deadline before the handler's turn, the entity
+//     handler ran (CallError.Applied): not started (unknown type, unknown
+//     operation, bad input, the caller's deadline before the handler's turn, the entity
 //     not activated), ran and answered (an application error, an
 //     *entity.AppError the caller gets back with errors.As; a reply too
 //     large), or may have run (a handler error or panic, the handler

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/messaging/internal/callpb"
 )
 
@@ -24,6 +25,17 @@ var (
 	// ErrBadInput is matched by a *CallError for a request the owner
 	// rejected as malformed; such an error also matches entity.ErrBadInput.
 	ErrBadInput = errors.New("messaging: bad input")
+	// ErrUnknownOp is matched by a *CallError whose entity type has no
+	// operation of the name the call gave (or no default operation); such
+	// an error also matches entity.ErrUnknownOp, ErrBadInput and
+	// entity.ErrBadInput, and its message lists the type's operations.
+	ErrUnknownOp = errors.New("messaging: unknown operation")
+	// ErrTypeNotHosted is matched by a *CallError for a call of an entity
+	// type no runner hosts: every runner in the routing view advertises
+	// the types it hosts (storage.RunnerInfo.Types), none lists it, and
+	// none ever did while the view was watched. It fails at once, never
+	// sent; the type's runners are not deployed (or not yet registered).
+	ErrTypeNotHosted = errors.New("messaging: entity type not hosted")
 	// ErrPanicked is matched by a *CallError for a handler that panicked.
 	ErrPanicked = errors.New("messaging: handler panicked")
 	// ErrHandler is matched by a *CallError for a handler that returned an
@@ -109,6 +121,10 @@ func codeText(c Code) string {
 		return "application error"
 	case callpb.Failure_CODE_UNAVAILABLE:
 		return "entity not activated"
+	case callpb.Failure_CODE_UNKNOWN_OPERATION:
+		return "unknown operation"
+	case callpb.Failure_CODE_TYPE_NOT_HOSTED:
+		return "entity type not hosted"
 	}
 	return c.String()
 }
@@ -134,6 +150,10 @@ func (e *CallError) Is(target error) bool {
 		return target == entity.ErrInterrupted
 	case callpb.Failure_CODE_UNAVAILABLE:
 		return target == entity.ErrNotStarted
+	case callpb.Failure_CODE_UNKNOWN_OPERATION:
+		return target == ErrUnknownOp || target == entity.ErrUnknownOp || target == ErrBadInput || target == entity.ErrBadInput
+	case callpb.Failure_CODE_TYPE_NOT_HOSTED:
+		return target == ErrTypeNotHosted
 	}
 	return false
 }
@@ -170,7 +190,7 @@ func badInput(format string, args ...any) *callpb.Failure {
 
 // checkNames validates what a request must name; the message names the
 // field.
-func checkNames(typ, id, group string) *callpb.Failure {
+func checkNames(typ, id, group, op string) *callpb.Failure {
 	switch {
 	case typ == "":
 		return badInput("entity type is empty")
@@ -182,6 +202,9 @@ func checkNames(typ, id, group string) *callpb.Failure {
 		return badInput("entity type of %d bytes is over %d", len(typ), maxNameBytes)
 	case len(id) > maxNameBytes:
 		return badInput("entity id of %d bytes is over %d (type %q)", len(id), maxNameBytes, typ)
+	}
+	if err := task.ValidateOp(op); err != nil {
+		return badInput("entity %s/%s: %v", typ, id, err)
 	}
 	return nil
 }

@@ -65,7 +65,13 @@ func (f *fake) lastDelivery() entity.Delivery {
 // address; it stops at cleanup.
 func serve(t testing.TB, d messaging.Deliverer, opts ...messaging.Option) string {
 	t.Helper()
-	srv, err := messaging.NewServer(d, testConfig(), opts...)
+	return serveCfg(t, d, testConfig(), opts...)
+}
+
+// serveCfg is serve with a configuration of the server's own.
+func serveCfg(t testing.TB, d messaging.Deliverer, cfg messaging.Config, opts ...messaging.Option) string {
+	t.Helper()
+	srv, err := messaging.NewServer(d, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,33 +10,51 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/messaging/internal/callpb"
 )
 
 // HTTPHandler serves calls from non-Go callers over plain HTTP + JSON,
 // through c (so a request to any runner reaches the entity's owner):
 //
-//	POST /v1/entities/{type}/{id}         body: JSON; 200 with the reply
-//	POST /v1/entities/{type}/{id}?send=1  202 once the owner accepted it
+//	POST /v1/entities/{type}/{id}              the type's default operation
+//	POST /v1/entities/{type}/{id}/{op}         the operation op
+//	POST /v1/entities/{type}/{id}[/{op}]?send=1  202 once the owner accepted it
 //
-// An optional ?timeout= (a Go duration, e.g. 500ms) bounds the call. An
+// The body is the operation's JSON input; 200 answers with its reply. An
+// optional ?timeout= (a Go duration, e.g. 500ms) bounds the call. An
 // error is an ErrorBody {"error", "code", "applied"} (see httpAnswerOf for
-// the statuses): 400 body not JSON or bad input, 404 unknown type, 413 too
-// large, 422 (or the status the application chose) an application error
-// with its "app_code" and "details", 500 handler error or panic, 502
-// interrupted by the owner's runner or outcome unknown, 503 with
-// Retry-After for a call that never started (refused, no reachable holder
-// or the deadline before the handler's turn, entity not activated), 504
-// the caller's deadline after delivery.
+// the statuses): 400 body not JSON, bad input or an operation name that
+// is not one (bad_input), or an operation the type does not have
+// (unknown_operation, its message listing the type's operations), 404
+// unknown type (unknown_type) or a type no runner of the cluster hosts
+// (type_not_hosted), 413 too large, 422 (or the status the application
+// chose) an application error with its "app_code" and "details", 500
+// handler error or panic, 502 interrupted by the owner's runner or
+// outcome unknown, 503 with Retry-After for a call that never started
+// (refused, no reachable holder or the deadline before the handler's
+// turn, entity not activated), 504 the caller's deadline after delivery.
 func HTTPHandler(c *Client) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/entities/{type}/{id}", func(w http.ResponseWriter, r *http.Request) {
-		serveHTTP(c, w, r)
+		serveHTTP(c, w, r, "")
+	})
+	mux.HandleFunc("POST /v1/entities/{type}/{id}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		op := r.PathValue("op")
+		err := task.ValidateOp(op)
+		if err == nil && op == "" {
+			err = errors.New("empty")
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_input", fmt.Sprintf("operation %q in the path of %s: %v", op, r.URL.Path, err))
+			return
+		}
+		serveHTTP(c, w, r, op)
 	})
 	return mux
 }
 
-func serveHTTP(c *Client, w http.ResponseWriter, r *http.Request) {
+func serveHTTP(c *Client, w http.ResponseWriter, r *http.Request, op string) {
 	typ, id := r.PathValue("type"), r.PathValue("id")
 	ctx := r.Context()
 	if s := r.URL.Query().Get("timeout"); s != "" {
@@ -62,8 +80,10 @@ func serveHTTP(c *Client, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_input", fmt.Sprintf("body of %d bytes is not JSON: a call's body is the entity's JSON input", len(body)))
 		return
 	}
+	m := &entity.Message{Type: typ, ID: id, Op: op, Body: body}
 	if s := r.URL.Query().Get("send"); s == "1" || s == "true" {
-		if err := c.Send(ctx, typ, id, body); err != nil {
+		m.OneWay = true
+		if _, err := c.Invoke(ctx, m); err != nil {
 			writeCallError(w, err)
 			return
 		}
@@ -72,7 +92,7 @@ func serveHTTP(c *Client, w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "{}\n")
 		return
 	}
-	reply, err := c.Call(ctx, typ, id, body)
+	reply, err := c.Invoke(ctx, m)
 	if err != nil {
 		writeCallError(w, err)
 		return
@@ -133,6 +153,11 @@ func httpAnswerOf(err error) httpAnswer {
 		return a(http.StatusRequestEntityTooLarge, "too_large")
 	case errors.Is(err, ErrUnknownType):
 		return a(http.StatusNotFound, "unknown_type")
+	case errors.Is(err, ErrTypeNotHosted):
+		return a(http.StatusNotFound, "type_not_hosted")
+	case errors.Is(err, ErrUnknownOp):
+		// Before bad input, which it matches too.
+		return a(http.StatusBadRequest, "unknown_operation")
 	case errors.Is(err, ErrBadInput):
 		return a(http.StatusBadRequest, "bad_input")
 	case errors.Is(err, ErrPanicked):
@@ -167,7 +192,8 @@ type ErrorBody struct {
 	// Error says what happened, for people (an application error's
 	// message).
 	Error string `json:"error"`
-	// Code is the kind of error: bad_input, unknown_type, too_large,
+	// Code is the kind of error: bad_input, unknown_operation,
+	// unknown_type, type_not_hosted, too_large,
 	// application, handler, panic, refused, no_owner, unavailable,
 	// not_started, interrupted, outcome_unknown, deadline_exceeded,
 	// cancelled, closed, error.

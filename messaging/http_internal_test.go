@@ -30,6 +30,8 @@ func TestHTTPStatuses(t *testing.T) {
 		{ce(callpb.Failure_CODE_TOO_LARGE, AppliedYes), 413, "too_large", "yes"},
 		{ce(callpb.Failure_CODE_UNKNOWN_TYPE, AppliedNo), 404, "unknown_type", "no"},
 		{ce(callpb.Failure_CODE_BAD_INPUT, AppliedNo), 400, "bad_input", "no"},
+		{ce(callpb.Failure_CODE_UNKNOWN_OPERATION, AppliedNo), 400, "unknown_operation", "no"},
+		{ce(callpb.Failure_CODE_TYPE_NOT_HOSTED, AppliedNo), 404, "type_not_hosted", "no"},
 		{ce(callpb.Failure_CODE_PANIC, AppliedUnknown), 500, "panic", "unknown"},
 		{ce(callpb.Failure_CODE_HANDLER, AppliedUnknown), 500, "handler", "unknown"},
 		{app, 422, "application", "yes"},

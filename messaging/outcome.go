@@ -112,7 +112,8 @@ func appliedOf(f *callpb.Failure) Applied {
 		return AppliedYes
 	}
 	switch f.Code {
-	case callpb.Failure_CODE_UNKNOWN_TYPE, callpb.Failure_CODE_BAD_INPUT, callpb.Failure_CODE_UNAVAILABLE:
+	case callpb.Failure_CODE_UNKNOWN_TYPE, callpb.Failure_CODE_BAD_INPUT, callpb.Failure_CODE_UNAVAILABLE,
+		callpb.Failure_CODE_UNKNOWN_OPERATION, callpb.Failure_CODE_TYPE_NOT_HOSTED:
 		return AppliedNo
 	case callpb.Failure_CODE_APPLICATION:
 		return AppliedYes
@@ -152,6 +153,11 @@ func failureOf(ctx context.Context, typ string, err error) *callpb.Failure {
 		n := ae.Normalized()
 		f.Code, f.Applied = callpb.Failure_CODE_APPLICATION, callpb.Failure_APPLIED_YES
 		f.Message, f.AppCode, f.Details, f.Status = n.Message, n.Code, n.Details, int32(n.Status)
+	case errors.Is(err, entity.ErrUnknownOp):
+		// Before bad input, which it matches too: the caller needs to
+		// know it named a wrong operation, and the message lists the
+		// type's operations.
+		f.Code, f.Applied = callpb.Failure_CODE_UNKNOWN_OPERATION, callpb.Failure_APPLIED_NO
 	case errors.Is(err, entity.ErrBadInput), errors.Is(err, entity.ErrEmptyEntityID):
 		f.Code, f.Applied = callpb.Failure_CODE_BAD_INPUT, callpb.Failure_APPLIED_NO
 	case errors.As(err, &tl):

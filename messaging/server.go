@@ -125,7 +125,7 @@ func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.S
 	if group == "" {
 		group = s.cfg.Group
 	}
-	if f := checkNames(req.Type, req.Id, group); f != nil {
+	if f := checkNames(req.Type, req.Id, group, req.Op); f != nil {
 		return &callpb.CallReply{Outcome: &callpb.CallReply_Failure{Failure: f}}
 	}
 	if len(req.Payload) > s.cfg.MaxMessageBytes {

@@ -40,6 +40,7 @@ func TestServerRejectsBadRequests(t *testing.T) {
 	}{
 		{"no type", &callpb.CallRequest{Id: "e1"}, callpb.Failure_CODE_BAD_INPUT, "entity type is empty"},
 		{"no id", &callpb.CallRequest{Type: "echo"}, callpb.Failure_CODE_BAD_INPUT, `entity id is empty (type "echo")`},
+		{"bad op", &callpb.CallRequest{Type: "echo", Id: "e1", Op: "add one"}, callpb.Failure_CODE_BAD_INPUT, `entity echo/e1: task: invalid op "add one"`},
 		{"too large", &callpb.CallRequest{Type: "echo", Id: "e1", Payload: bytes.Repeat([]byte("x"), limit+1)}, callpb.Failure_CODE_TOO_LARGE, "over the"},
 	}
 	for _, tc := range cases {

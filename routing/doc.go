@@ -14,4 +14,11 @@
 // lost the shard since. The receiving runner, not the Table, is the
 // authority: it refuses a call whose epoch is not its lock's, and the
 // caller waits for the next holder with AwaitOwner instead of spinning.
+//
+// The Table also places entity types on shard groups: runners list the
+// types they host in their records (storage.RunnerInfo.Types), and
+// PlaceType answers which group's runners host a type, so that a caller
+// routes a type to its group without naming one. Records without types
+// (older runners) leave a type's group unknown, and the caller keeps its
+// own.
 package routing

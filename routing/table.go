@@ -88,6 +88,8 @@ type Table struct {
 	listed  bool
 	runners map[string]storage.RunnerInfo
 	locks   map[storage.ShardID]storage.ShardLock
+	// types indexes the runners' advertised types (PlaceType).
+	types typeIndex
 	// changed is closed and replaced after every applied batch: the
 	// condition AwaitOwner waits on, without polling.
 	changed chan struct{}
@@ -107,6 +109,7 @@ func New(reader storage.MembershipReader, opts ...Option) *Table {
 		ready:   make(chan struct{}),
 		runners: map[string]storage.RunnerInfo{},
 		locks:   map[storage.ShardID]storage.ShardLock{},
+		types:   newTypeIndex(),
 		changed: make(chan struct{}),
 	}
 }
@@ -183,6 +186,7 @@ func (t *Table) applyLocked(b storage.MembershipBatch) {
 func (t *Table) replaceLocked(b storage.MembershipBatch) {
 	t.runners = make(map[string]storage.RunnerInfo, len(t.runners))
 	t.locks = make(map[storage.ShardID]storage.ShardLock, len(t.locks))
+	t.types.reset()
 	for _, ev := range b.Events {
 		switch {
 		case ev.Runner != nil && ev.Runner.Kind == storage.EventPut:
@@ -199,8 +203,12 @@ func (t *Table) applyRunnerLocked(ev storage.RunnerEvent) {
 	if ev.Err != nil {
 		t.opts.logger.Error("undecodable runner record; treating the runner as absent", "runner", ev.ID, "err", ev.Err)
 	}
+	if old, ok := t.runners[ev.ID]; ok {
+		t.types.add(old, -1)
+	}
 	if ev.Kind == storage.EventPut && ev.Err == nil {
 		t.runners[ev.ID] = ev.Runner
+		t.types.add(ev.Runner, 1)
 		return
 	}
 	delete(t.runners, ev.ID)

@@ -73,6 +73,12 @@ func register(t *testing.T, st storage.Registrar, id, addr string) storage.Sessi
 	if err != nil {
 		t.Fatal(err)
 	}
+	keepAlive(t, ss)
+	return ss
+}
+
+// keepAlive keeps ss's lease alive until the test ends, then closes it.
+func keepAlive(t *testing.T, ss storage.Session) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -84,7 +90,6 @@ func register(t *testing.T, st storage.Registrar, id, addr string) storage.Sessi
 		<-done
 		ss.Close(context.Background())
 	})
-	return ss
 }
 
 // acquire locks shards for ss and returns their epochs.

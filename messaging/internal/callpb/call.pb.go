@@ -114,6 +114,15 @@ const (
 	// The entity could not be activated (its durable state did not load,
 	// its OnStart failed): the handler did not start.
 	Failure_CODE_UNAVAILABLE Failure_Code = 10
+	// The entity type has no operation of the requested name (or no
+	// default operation when none was named): the message names the
+	// type's operations. The handler did not start.
+	Failure_CODE_UNKNOWN_OPERATION Failure_Code = 11
+	// No runner of the cluster hosts the entity type (runners advertise
+	// the types they host): the caller found no group to route it to and
+	// sent nothing. Never sent on the wire by a receiver; the caller
+	// makes it.
+	Failure_CODE_TYPE_NOT_HOSTED Failure_Code = 12
 )
 
 // Enum value maps for Failure_Code.
@@ -130,6 +139,8 @@ var (
 		8:  "CODE_INTERRUPTED",
 		9:  "CODE_APPLICATION",
 		10: "CODE_UNAVAILABLE",
+		11: "CODE_UNKNOWN_OPERATION",
+		12: "CODE_TYPE_NOT_HOSTED",
 	}
 	Failure_Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":       0,
@@ -143,6 +154,8 @@ var (
 		"CODE_INTERRUPTED":       8,
 		"CODE_APPLICATION":       9,
 		"CODE_UNAVAILABLE":       10,
+		"CODE_UNKNOWN_OPERATION": 11,
+		"CODE_TYPE_NOT_HOSTED":   12,
 	}
 )
 
@@ -650,14 +663,14 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REASON_NOT_OWNER\x10\x01\x12\x17\n" +
 	"\x13REASON_NOT_ATTACHED\x10\x02\x12\x17\n" +
-	"\x13REASON_SHARD_MOVING\x10\x03\"\xa9\x04\n" +
+	"\x13REASON_SHARD_MOVING\x10\x03\"\xdf\x04\n" +
 	"\aFailure\x120\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1c.tenure.call.v1.Failure.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x129\n" +
 	"\aapplied\x18\x03 \x01(\x0e2\x1f.tenure.call.v1.Failure.AppliedR\aapplied\x12\x19\n" +
 	"\bapp_code\x18\x04 \x01(\tR\aappCode\x12\x18\n" +
 	"\adetails\x18\x05 \x01(\fR\adetails\x12\x16\n" +
-	"\x06status\x18\x06 \x01(\x05R\x06status\"\xef\x01\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06status\"\xa5\x02\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CODE_UNKNOWN_TYPE\x10\x01\x12\x12\n" +
@@ -671,7 +684,9 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\x10CODE_INTERRUPTED\x10\b\x12\x14\n" +
 	"\x10CODE_APPLICATION\x10\t\x12\x14\n" +
 	"\x10CODE_UNAVAILABLE\x10\n" +
-	"\"X\n" +
+	"\x12\x1a\n" +
+	"\x16CODE_UNKNOWN_OPERATION\x10\v\x12\x18\n" +
+	"\x14CODE_TYPE_NOT_HOSTED\x10\f\"X\n" +
 	"\aApplied\x12\x17\n" +
 	"\x13APPLIED_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
