@@ -347,6 +347,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
+	r.life.up()
 	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "calls", self.CallAddr, "version", Version, "s3_region", r.obj.Region())
 
 	select {
