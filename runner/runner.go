@@ -330,6 +330,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	self := storage.RunnerInfo{
 		ID: r.cfg.RunnerID, Addr: r.advertise(), CallAddr: cs.advertise(r.cfg), Weight: r.cfg.Weight,
 		Groups: r.cfg.Groups, Version: Version, StartedAt: r.started.UTC(),
+		// The task and entity types it hosts (sorted; singleton types are
+		// a namespace of their own, never called or submitted to).
+		Types: host.Types(),
 	}
 	mgr, err := sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
 		sharding.WithHandler(host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/schedule"
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/storage"
 )
 
-// runnerIDs lists the runners registered in the cluster's membership.
-func (c *testCluster) runnerIDs(t *testing.T) []string {
+// runnerRecords returns the cluster's membership records by runner id.
+func (c *testCluster) runnerRecords(t *testing.T) map[string]storage.RunnerInfo {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -27,11 +29,11 @@ func (c *testCluster) runnerIDs(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
+	out := map[string]storage.RunnerInfo{}
 	for _, r := range rs {
-		ids = append(ids, r.ID)
+		out[r.ID] = r
 	}
-	return ids
+	return out
 }
 
 // dials reports whether addr accepts a TCP connection.
@@ -54,7 +56,8 @@ func dials(addr string) bool {
 func TestServe(t *testing.T) {
 	c := newTestCluster(t)
 	cfg, _ := c.config("serve")
-	r, err := New(cfg, WithEntities(CounterDefinition(TypeCounter)))
+	// A counter of its own name beside the built-ins: WithEntities.
+	r, err := New(cfg, WithTypes(RegisterBuiltins), WithEntities(CounterDefinition("tally")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,7 @@ func TestServe(t *testing.T) {
 	handler := func(cl *Client) http.Handler {
 		factories.Add(1)
 		add := func(w http.ResponseWriter, req *http.Request, op string, in any) {
-			out, err := entity.Call[CounterState](req.Context(), cl, TypeCounter, req.PathValue("id"), op, in)
+			out, err := entity.Call[CounterState](req.Context(), cl, "tally", req.PathValue("id"), op, in)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
@@ -116,6 +119,10 @@ func TestServe(t *testing.T) {
 		t.Fatalf("the handler factory was called %d times, want once", n)
 	}
 
+	// Its membership record lists the types it hosts, built-ins included.
+	if rec, ok := c.runnerRecords(t)["serve"]; !ok || !slices.Equal(rec.Types, []string{TypeCounter, TypeEcho, TypeSleep, "tally", schedule.DriverType}) {
+		t.Fatalf("membership record of runner serve: %+v (found %v), want types counter, echo, sleep, tally and the schedules' %s", rec, ok, schedule.DriverType)
+	}
 	testenv.WaitFor(t, "the runner owning every shard", 10*time.Second, func() bool { return r.Status().Owned == c.Meta.Shards })
 	slow := make(chan string, 1)
 	go func() {
@@ -131,8 +138,8 @@ func TestServe(t *testing.T) {
 		t.Fatalf("runner while the HTTP server drains: registered %v, draining %v, owns %d of %d shards; want it still serving",
 			st.Registered, st.Draining, st.Owned, c.Meta.Shards)
 	}
-	if ids := c.runnerIDs(t); !slices.Contains(ids, "serve") {
-		t.Fatalf("membership while the HTTP server drains: %v, want runner serve in it", ids)
+	if _, ok := c.runnerRecords(t)["serve"]; !ok {
+		t.Fatal("membership while the HTTP server drains: no runner serve, want it still there")
 	}
 	select {
 	case err := <-served:
@@ -154,8 +161,8 @@ func TestServe(t *testing.T) {
 	if dials(addr) {
 		t.Error("the port still accepts connections after Serve returned")
 	}
-	if ids := c.runnerIDs(t); slices.Contains(ids, "serve") {
-		t.Errorf("membership after Serve returned: %v, want runner serve gone", ids)
+	if _, ok := c.runnerRecords(t)["serve"]; ok {
+		t.Error("membership after Serve returned: runner serve still there, want it gone")
 	}
 	if err := r.Serve(context.Background(), &http.Server{}, handler); !errors.Is(err, ErrRunAgain) {
 		t.Errorf("a second Serve: %v, want ErrRunAgain", err)
