@@ -43,7 +43,9 @@ would, so that tasks can be submitted before one starts.
 
 The config holds a random admin token (admin.token, kept across restarts of
 the same --data): the runners require it on their mutating admin endpoints
-(drain, pprof) and the other commands send it. Once the runners have
+(drain, pprof) and the other commands send it. It also opens the runners'
+HTTP entity calls (call.http.open: POST /v1/entities/... needs no token on
+this local cluster). Once the runners have
 connected, it prints the endpoints on stdout (with -o json, one JSON line:
 event "ready", cluster, etcd, s3, bucket, config, runners [{id,
 admin_addr}]); logs go to stderr.
