@@ -110,8 +110,9 @@ func (r *Runner) Status() Status {
 }
 
 // Handler returns the admin HTTP handler: /metrics, /healthz, /readyz
-// (200 only when registered and attached), /debug/status, the entity calls
-// of POST /v1/entities/{type}/{id}, and, behind the admin auth
+// (200 only when registered and attached), /debug/status, behind the
+// data-plane credential (callauth.go) the entity calls of POST
+// /v1/entities/{type}/{id}[/{op}], and, behind the admin auth
 // (adminauth.go), POST /admin/drain and /debug/pprof/.
 func (r *Runner) Handler() http.Handler {
 	auth := newAdminAuth(r.cfg.Admin, r.log)
@@ -144,8 +145,10 @@ func (r *Runner) Handler() http.Handler {
 		enc.Encode(r.Status())
 	})
 	// Entity calls over HTTP + JSON, for callers without gRPC: through the
-	// runner's messaging client, so any runner reaches every entity.
-	mux.HandleFunc("POST /v1/entities/{type}/{id}", func(w http.ResponseWriter, req *http.Request) {
+	// runner's messaging client, so any runner reaches every entity. The
+	// whole prefix is behind the data-plane credential (callauth.go);
+	// messaging's handler routes the call and its operation.
+	mux.Handle("POST "+entitiesPrefix, newCallAuth(r.cfg, r.authorize, r.log).require(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		cs := r.calls
 		r.mu.Unlock()
@@ -154,7 +157,7 @@ func (r *Runner) Handler() http.Handler {
 			return
 		}
 		cs.http.ServeHTTP(w, req)
-	})
+	})))
 	mux.Handle("POST /admin/drain", auth.require(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if mgr, _ := r.parts(); mgr == nil {
 			http.Error(w, "not running", http.StatusServiceUnavailable)

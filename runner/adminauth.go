@@ -18,8 +18,8 @@ import (
 // serves HTTPS, a client certificate verified by admin.client_ca_file. A
 // runner with neither refuses them (403): no unauthenticated drain by
 // default. /metrics, /healthz, /readyz and /debug/status stay open for
-// probes and scrapers, and so does POST /v1/entities/...: entity calls are
-// the data plane, not administration.
+// probes and scrapers. POST /v1/entities/... is the data plane, with a
+// credential of its own (callauth.go).
 
 // adminAuth decides whether a request may reach a protected endpoint.
 type adminAuth struct {
@@ -30,12 +30,12 @@ type adminAuth struct {
 }
 
 func newAdminAuth(cfg AdminConfig, log *slog.Logger) *adminAuth {
-	return &adminAuth{token: &fileToken{cfg: cfg, log: log}, mtls: cfg.ClientCAFile != "" && cfg.CertFile != ""}
+	return &adminAuth{token: &fileToken{key: "admin.token_file", token: cfg.Token, file: cfg.TokenFile, log: log}, mtls: cfg.ClientCAFile != "" && cfg.CertFile != ""}
 }
 
 // configured reports whether any credential can authorise.
 func (a *adminAuth) configured() bool {
-	return a.token.cfg.Token != "" || a.token.cfg.TokenFile != "" || a.mtls
+	return a.token.configured() || a.mtls
 }
 
 // require wraps h so that it runs only for an authorised request: 403 when
@@ -71,14 +71,17 @@ func (a *adminAuth) require(h http.Handler) http.Handler {
 }
 
 // bearer reports whether the request's bearer token is the admin token.
-// Both are hashed first, so the comparison's time depends on neither's
-// length or content; an empty token (an empty token file) matches nothing.
-func (a *adminAuth) bearer(req *http.Request) (bool, error) {
+func (a *adminAuth) bearer(req *http.Request) (bool, error) { return bearerMatches(req, a.token) }
+
+// bearerMatches reports whether the request's bearer token is tok's. Both
+// are hashed first, so the comparison's time depends on neither's length
+// or content; an empty token (an empty token file) matches nothing.
+func bearerMatches(req *http.Request, tok *fileToken) (bool, error) {
 	scheme, given, ok := strings.Cut(req.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false, nil
 	}
-	want, err := a.token.get()
+	want, err := tok.get()
 	if err != nil || want == "" {
 		return false, err
 	}
@@ -104,6 +107,15 @@ func (c Config) validateAdmin() []error {
 	}
 	if (a.ClientCertFile == "") != (a.ClientKeyFile == "") {
 		bad("admin.client_cert_file", a.ClientCertFile, "client_cert_file and client_key_file go together")
+	}
+	// One credential for two roles would let every caller of entities
+	// drain runners: the data-plane token must be another.
+	h := c.Call.HTTP
+	if h.Token != "" && h.Token == a.Token {
+		bad("call.http.token", "(hidden)", "must differ from admin.token: entity calls and administration take different credentials")
+	}
+	if h.TokenFile != "" && h.TokenFile == a.TokenFile {
+		bad("call.http.token_file", h.TokenFile, "must differ from admin.token_file: entity calls and administration take different credentials")
 	}
 	return errs
 }

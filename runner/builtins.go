@@ -21,8 +21,10 @@ const (
 	// TypeSleep sleeps {"ms": N} milliseconds, honouring interruption, and
 	// returns {"slept_ms": N}.
 	TypeSleep = "sleep"
-	// TypeCounter is a durable counter per entity id: {"add": N} adds N to
-	// its total, {} (or no input) reads it; both return {"total": T}.
+	// TypeCounter is a durable counter per entity id: its default
+	// operation Add takes {"add": N} and adds N to its total, {} (or no
+	// input) reads it; the read-only operation Get reads it; all return
+	// {"total": T} (see CounterDefinition).
 	TypeCounter = "counter"
 )
 
@@ -37,7 +39,7 @@ func BuiltinTypes() []string { return []string{TypeCounter, TypeEcho, TypeSleep}
 // its input (null when empty); "sleep", with input {"ms": N}, sleeps N
 // milliseconds (cut short when the task is interrupted) and returns
 // {"slept_ms": N}; "counter" keeps a durable total per entity (see
-// TypeCounter and CounterFactory).
+// TypeCounter and CounterDefinition).
 func RegisterBuiltins(h *entity.Host) error {
 	for _, typ := range []string{TypeEcho, TypeSleep, TypeCounter} {
 		if err := RegisterBuiltin(h, typ); err != nil {
@@ -57,7 +59,7 @@ func RegisterBuiltin(h *entity.Host, typ string) error {
 	case TypeSleep:
 		return h.RegisterFunc(TypeSleep, sleep)
 	case TypeCounter:
-		return h.Register(TypeCounter, CounterFactory())
+		return h.Define(CounterDefinition(TypeCounter))
 	}
 	return fmt.Errorf("%w: %q is not a built-in type (%v)", ErrInvalidConfig, typ, BuiltinTypes())
 }

@@ -79,7 +79,7 @@ func TestCounterSurvivesRestart(t *testing.T) {
 	c := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	withCounter := WithTypes(func(h *entity.Host) error { return h.Register(TypeCounter, CounterFactory()) })
+	withCounter := WithTypes(func(h *entity.Host) error { return h.Define(CounterDefinition(TypeCounter)) })
 	x := c.start("first", withCounter)
 	cfg := x.r.Config()
 	client, err := Connect(ctx, cfg, WithClientLogger(slog.New(slog.DiscardHandler)))
@@ -142,6 +142,13 @@ func TestCounterSurvivesRestart(t *testing.T) {
 	defer y.stop(t)
 	if got := call(""); got != 14 {
 		t.Fatalf("after the restart: total %d, want 14", got)
+	}
+	// Get, the read-only operation, reads the same total.
+	if got, err := entity.Call[CounterState](ctx, client, TypeCounter, "c1", "get", nil); err != nil || got.Total != 14 {
+		t.Fatalf("get after the restart: %+v, %v; want total 14", got, err)
+	}
+	if _, err := entity.Call[CounterState](ctx, client, TypeCounter, "c1", "reset", nil); !errors.Is(err, entity.ErrUnknownOp) && !errors.Is(err, entity.ErrBadInput) {
+		t.Fatalf("an unknown operation: %v; want it refused as unknown", err)
 	}
 	if got := call(`{"add":-4}`); got != 10 {
 		t.Fatalf("add -4 after the restart: total %d, want 10", got)

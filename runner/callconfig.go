@@ -29,6 +29,35 @@ type CallConfig struct {
 	// TLS secures calls between runners and from clients. Plain text when
 	// cert_file and ca_file are empty.
 	TLS CallTLSConfig `yaml:"tls"`
+	// HTTP is who may make entity calls over HTTP + JSON (POST
+	// /v1/entities/...) on the admin address.
+	HTTP CallHTTPConfig `yaml:"http"`
+}
+
+// CallHTTPConfig is the data-plane credential of the HTTP + JSON entity
+// calls served on the admin address (POST /v1/entities/...): a bearer
+// token of its own, distinct from the admin token, so that whoever may
+// call entities may not drain runners and the reverse; or, when the admin
+// server verifies client certificates (admin.client_ca_file), a verified
+// client certificate. Open leaves the endpoint to anyone who reaches the
+// admin address (tenure dev sets it). With neither, every call is refused
+// (401) with a message saying how to configure one.
+type CallHTTPConfig struct {
+	// Token is the bearer token a call must carry (Authorization: Bearer
+	// TOKEN); secret, prefer TokenFile or TENURE_CALL_HTTP_TOKEN.
+	Token string `yaml:"token"`
+	// TokenFile holds the token (a mounted Secret); read when needed, so
+	// a rotated file takes effect without a restart.
+	TokenFile string `yaml:"token_file"`
+	// Open serves calls without a credential. Not with Token or TokenFile.
+	Open bool `yaml:"open"`
+}
+
+// BearerToken returns the data-plane token: Token, else TokenFile's
+// content without surrounding white space, else "". A client (the CLI)
+// sends it on POST /v1/entities/....
+func (h CallHTTPConfig) BearerToken() (string, error) {
+	return readToken("call.http.token_file", h.Token, h.TokenFile)
 }
 
 // CallTLSConfig is the TLS of entity calls: one certificate serves this
@@ -72,6 +101,9 @@ func (c CallConfig) validate() []error {
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		bad("call.tls.cert_file", c.TLS.CertFile, "cert_file and key_file go together")
+	}
+	if c.HTTP.Open && (c.HTTP.Token != "" || c.HTTP.TokenFile != "") {
+		bad("call.http.open", true, "an open endpoint takes no credential: set call.http.open or call.http.token (token_file), not both")
 	}
 	if c.TLS.ClientAuth && c.TLS.CertFile == "" {
 		bad("call.tls.client_auth", true, "mutual TLS needs call.tls.cert_file and key_file (the runner calls others as a client too)")

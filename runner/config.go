@@ -239,12 +239,18 @@ type AdminConfig struct {
 // BearerToken returns the admin token: Token, else TokenFile's content
 // without surrounding white space, else "".
 func (a AdminConfig) BearerToken() (string, error) {
-	if a.Token != "" || a.TokenFile == "" {
-		return a.Token, nil
+	return readToken("admin.token_file", a.Token, a.TokenFile)
+}
+
+// readToken returns token, else the content of file without surrounding
+// white space, else ""; fileKey names file's key in errors.
+func readToken(fileKey, token, file string) (string, error) {
+	if token != "" || file == "" {
+		return token, nil
 	}
-	b, err := os.ReadFile(a.TokenFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("%w: admin.token_file: %w", ErrInvalidConfig, err)
+		return "", fmt.Errorf("%w: %s: %w", ErrInvalidConfig, fileKey, err)
 	}
 	return strings.TrimSpace(string(b)), nil
 }

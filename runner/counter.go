@@ -1,12 +1,10 @@
 package runner
 
 import (
-	"context"
 	"fmt"
 	"math"
 
 	"github.com/tenurehq/tenure/entity"
-	"github.com/tenurehq/tenure/entity/task"
 )
 
 // MaxCounterAdd bounds one addition of the built-in counter, so that a typo
@@ -33,51 +31,49 @@ type CounterState struct {
 	Total int64 `json:"total"`
 }
 
-// CounterFactory is the built-in counter's entity type: its total is an
-// entity.State saved to S3 with a conditional write, so it survives
-// passivation, handoff, a crash and a restart of the cluster. A call's
-// addition is durable before the reply is sent (Save writes it); a task's is
-// written with the task's completion, exactly once (the host's staging).
-// Embedders register it under their own type name, as examples/counter
-// and the bench do.
-func CounterFactory() entity.Factory {
-	return entity.StatefulHandler(func(_ string, st *entity.State[CounterState]) (entity.Handler[CounterInput, CounterState], error) {
-		return &counter{st: st}, nil
-	})
+// Counter is the built-in counter's value: its JSON is its durable state
+// ({"total": T}, as CounterState), saved to S3 with a conditional write
+// after each addition, so it survives passivation, handoff, a crash and a
+// restart of the cluster. A call's addition is durable before the reply
+// is sent; a task's is written with the task's completion, exactly once.
+type Counter struct {
+	Total int64 `json:"total"`
 }
 
-// counter is one counter's instance; the host runs one handler at a time
-// on it, so its state needs no lock.
-type counter struct {
-	st *entity.State[CounterState]
+// CounterDefinition defines the built-in counter under the type name typ
+// (TypeCounter for the built-in; embedders may serve it under their own
+// name, as the bench does). Its operations: Add, the default (what a call,
+// send or task naming no operation runs), takes {"add": N} and returns
+// {"total": T}; Get, read-only, returns {"total": T}.
+func CounterDefinition(typ string) *entity.Definition {
+	return entity.Define[Counter](typ, nil, entity.Default("Add"), entity.ReadOnly("Get"))
 }
 
-// Handle adds in.Add to the total, makes it durable and returns it.
-func (c *counter) Handle(ctx context.Context, t *task.Task, in CounterInput) (CounterState, error) {
+// Get returns the total.
+func (c *Counter) Get(entity.Context) (CounterState, error) {
+	return CounterState{Total: c.Total}, nil
+}
+
+// Add adds in.Add to the total and returns it; no "add" (or 0) returns it
+// unchanged, writing nothing once the counter has been stored. Refusals
+// are application errors: a caller gets a 422 with the code (never
+// retried), a task fails at once (Permanent). The state is saved after it
+// returns (entity.Define); a failed save leaves the total as stored.
+func (c *Counter) Add(ctx entity.Context, in CounterInput) (CounterState, error) {
 	if in.Add == nil || *in.Add == 0 {
-		return *c.st.Get(), nil
+		return CounterState{Total: c.Total}, nil
 	}
 	n := *in.Add
-	// Refusals are application errors: a caller gets a 422 with the code
-	// (never retried), a task fails at once (Permanent).
 	if n < -MaxCounterAdd || n > MaxCounterAdd {
 		return CounterState{}, entity.Permanent(entity.NewAppError(CounterOutOfRange,
-			fmt.Sprintf("counter %s: add = %d: must be in [%d, %d]", t.Entity, n, -MaxCounterAdd, MaxCounterAdd)).
+			fmt.Sprintf("counter %s: add = %d: must be in [%d, %d]", ctx.ID(), n, -MaxCounterAdd, MaxCounterAdd)).
 			WithDetails(map[string]int64{"add": n, "min": -MaxCounterAdd, "max": MaxCounterAdd}))
 	}
-	s := c.st.Get()
-	if (n > 0 && s.Total > math.MaxInt64-n) || (n < 0 && s.Total < math.MinInt64-n) {
+	if (n > 0 && c.Total > math.MaxInt64-n) || (n < 0 && c.Total < math.MinInt64-n) {
 		return CounterState{}, entity.Permanent(entity.NewAppError(CounterOverflow,
-			fmt.Sprintf("counter %s: adding %d to %d overflows", t.Entity, n, s.Total)).
-			WithDetails(map[string]int64{"add": n, "total": s.Total}))
+			fmt.Sprintf("counter %s: adding %d to %d overflows", ctx.ID(), n, c.Total)).
+			WithDetails(map[string]int64{"add": n, "total": c.Total}))
 	}
-	s.Total += n
-	if err := c.st.Save(ctx); err != nil {
-		// Not added: memory must not keep what S3 may not have. Had the
-		// write landed after all, the next save finds the ETag changed and
-		// is fenced, and the instance reloads the stored total.
-		s.Total -= n
-		return CounterState{}, err
-	}
-	return *s, nil
+	c.Total += n
+	return CounterState{Total: c.Total}, nil
 }

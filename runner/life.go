@@ -30,8 +30,9 @@ var ErrRunAgain = errors.New("runner: Run called again; a runner runs once")
 // the runner not stopped at a call's start uses open stores unless Run
 // stops meanwhile.
 type life struct {
-	ready chan struct{} // closed by connected
-	done  chan struct{} // closed by end
+	ready   chan struct{} // closed by connected
+	serving chan struct{} // closed by up: registered, calls served
+	done    chan struct{} // closed by end
 
 	mu   sync.Mutex
 	ran  bool
@@ -39,7 +40,9 @@ type life struct {
 	err  error // Run's error
 }
 
-func newLife() life { return life{ready: make(chan struct{}), done: make(chan struct{})} }
+func newLife() life {
+	return life{ready: make(chan struct{}), serving: make(chan struct{}), done: make(chan struct{})}
+}
 
 // begin moves new to running; it reports false if Run was called before.
 func (l *life) begin() bool {
@@ -59,6 +62,10 @@ func (l *life) connected(meta storage.ClusterMeta) {
 	l.mu.Unlock()
 	close(l.ready)
 }
+
+// up records that Run has registered the runner and serves calls: its
+// client calls entities (Serve waits for it).
+func (l *life) up() { close(l.serving) }
 
 // end records Run's result; Run calls it once, last, before closing its
 // stores.

@@ -94,36 +94,42 @@ func (p *keyPair) serverCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return p.get()
 }
 
-// fileToken is the admin token of admin.token_file, read again when the
+// fileToken is a bearer token: the configured one, else the content of
+// its file (admin.token_file, call.http.token_file), read again when the
 // file changes. A file that cannot be read after it was read once keeps
 // the last token (a Secret volume swaps its files through a symlink);
 // one never read is an error.
 type fileToken struct {
-	cfg  AdminConfig
-	log  *slog.Logger
-	mu   sync.Mutex
-	at   fileStamp
-	tok  string
-	read bool
+	key   string // the file's config key, for errors and logs
+	token string
+	file  string
+	log   *slog.Logger
+	mu    sync.Mutex
+	at    fileStamp
+	tok   string
+	read  bool
 }
 
-// get returns the token: admin.token, else admin.token_file's content.
+// configured reports whether a token or a token file is set.
+func (f *fileToken) configured() bool { return f.token != "" || f.file != "" }
+
+// get returns the token, else the file's content.
 func (f *fileToken) get() (string, error) {
-	if f.cfg.Token != "" || f.cfg.TokenFile == "" {
-		return f.cfg.Token, nil
+	if f.token != "" || f.file == "" {
+		return f.token, nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	at, err := stampOf(f.cfg.TokenFile)
+	at, err := stampOf(f.file)
 	if err == nil && f.read && at == f.at {
 		return f.tok, nil
 	}
-	tok, err := f.cfg.BearerToken()
+	tok, err := readToken(f.key, f.token, f.file)
 	if err != nil {
 		if !f.read {
 			return "", err
 		}
-		f.log.Warn("admin.token_file unreadable; keeping the previous token", "err", err)
+		f.log.Warn(f.key+" unreadable; keeping the previous token", "err", err)
 		return f.tok, nil
 	}
 	f.tok, f.at, f.read = tok, at, true

@@ -53,6 +53,7 @@ type Runner struct {
 	admin *http.Server
 	ln    net.Listener
 
+	authorize     CallAuthorizer // WithCallAuthorizer's, nil for none
 	registerTypes []func(*entity.Host) error
 	types         *entity.Types // collected by New, given to the host by Run
 	gatherers     []prometheus.Gatherer
@@ -115,6 +116,23 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(r *Runner)
 // a type registered by two calls is a duplicate.
 func WithTypes(register func(*entity.Host) error) Option {
 	return func(r *Runner) { r.registerTypes = append(r.registerTypes, register) }
+}
+
+// WithEntities registers entity types defined by their operations
+// (entity.Define), as WithTypes with Host.Define would: an invalid
+// definition or a duplicate name fails New. May be given more than once.
+func WithEntities(defs ...*entity.Definition) Option {
+	return WithTypes(func(h *entity.Host) error {
+		for i, d := range defs {
+			if d == nil {
+				return fmt.Errorf("%w: WithEntities: definition %d is nil", ErrInvalidConfig, i)
+			}
+			if err := h.Define(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // New validates cfg, collects the types of WithTypes and returns a runner;
@@ -312,6 +330,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	self := storage.RunnerInfo{
 		ID: r.cfg.RunnerID, Addr: r.advertise(), CallAddr: cs.advertise(r.cfg), Weight: r.cfg.Weight,
 		Groups: r.cfg.Groups, Version: Version, StartedAt: r.started.UTC(),
+		// The task and entity types it hosts (sorted; singleton types are
+		// a namespace of their own, never called or submitted to).
+		Types: host.Types(),
 	}
 	mgr, err := sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
 		sharding.WithHandler(host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))
@@ -329,6 +350,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
+	r.life.up()
 	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "calls", self.CallAddr, "version", Version, "s3_region", r.obj.Region())
 
 	select {

@@ -47,6 +47,26 @@ func TestCallCommand(t *testing.T) {
 	}
 	assertOneLine(t, "application error", err, "out_of_range")
 
+	// OPERATION: the counter's default (Add) without one, its read-only
+	// Get with one (any case), and an unknown one refused, not applied.
+	if out := c.mustRun(Call, "counter", "c2", "--input", `{"add":5}`); strings.TrimSpace(out) != `{"total":5}` {
+		t.Fatalf("call counter c2 (default op) printed %q", out)
+	}
+	if out := c.mustRun(Call, "counter", "c2", "get"); strings.TrimSpace(out) != `{"total":5}` {
+		t.Fatalf("call counter c2 get printed %q, want the total 5", out)
+	}
+	out = c.mustRun(Call, "counter", "c2", "Get", "--json")
+	got = callJSON{}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Op != "Get" || string(compact(t, got.Reply)) != `{"total":5}` {
+		t.Fatalf("call counter c2 Get --json printed %s (%v)", out, err)
+	}
+	_, _, err = c.run(Call, "counter", "c2", "reset", "--input", `{}`)
+	if err == nil || !strings.Contains(err.Error(), `no operation "reset"`) || !strings.Contains(err.Error(), "not applied") ||
+		!strings.Contains(err.Error(), "counter c2 reset") {
+		t.Fatalf("call of an unknown operation: %v; want it named, not applied", err)
+	}
+	assertOneLine(t, "unknown operation", err, "reset")
+
 	start := time.Now()
 	_, _, err = c.run(Call, "slow", "s1", "--timeout", "300ms")
 	if err == nil || !strings.Contains(err.Error(), "deadline") || !strings.Contains(err.Error(), "outcome unknown") {
@@ -58,7 +78,7 @@ func TestCallCommand(t *testing.T) {
 		t.Errorf("call with --timeout 300ms returned after %s: it waited for the handler", d)
 	}
 
-	for _, args := range [][]string{{"echo"}, {"echo", "a", "b"}, {"echo", "a", "--input", "{not json"}} {
+	for _, args := range [][]string{{"echo"}, {"echo", "a", "b", "c"}, {"echo", "a", "bad op"}, {"echo", "a", ""}, {"echo", "a", "--input", "{not json"}} {
 		if _, _, err := c.run(Call, args...); err == nil {
 			t.Errorf("call %q: no error", args)
 		}

@@ -43,7 +43,9 @@ would, so that tasks can be submitted before one starts.
 
 The config holds a random admin token (admin.token, kept across restarts of
 the same --data): the runners require it on their mutating admin endpoints
-(drain, pprof) and the other commands send it. Once the runners have
+(drain, pprof) and the other commands send it. It also opens the runners'
+HTTP entity calls (call.http.open: POST /v1/entities/... needs no token on
+this local cluster). Once the runners have
 connected, it prints the endpoints on stdout (with -o json, one JSON line:
 event "ready", cluster, etcd, s3, bucket, config, runners [{id,
 admin_addr}]); logs go to stderr.
@@ -139,6 +141,8 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 	}
 	base := devConfig(etcdSrv.Endpoint(), s3Srv)
 	base.Admin.Token = token
+	// A local dev cluster: its HTTP entity calls need no credential.
+	base.Call.HTTP.Open = true
 	if err := initDevMeta(ctx, base); err != nil {
 		return err
 	}
@@ -297,6 +301,13 @@ type devFile struct {
 	Admin struct {
 		Token string `yaml:"token"`
 	} `yaml:"admin"`
+	// Call opens the HTTP entity calls (call.http.open) of the runners
+	// that read the file (`tenure run` against the dev cluster).
+	Call struct {
+		HTTP struct {
+			Open bool `yaml:"open"`
+		} `yaml:"http"`
+	} `yaml:"call"`
 }
 
 func writeDevConfig(path string, c runner.Config) error {
@@ -306,6 +317,7 @@ func writeDevConfig(path string, c runner.Config) error {
 	f.S3.Endpoint, f.S3.Region, f.S3.Bucket, f.S3.PathStyle = c.S3.Endpoint, c.S3.Region, c.S3.Bucket, c.S3.PathStyle
 	f.S3.AccessKey, f.S3.SecretKey = c.S3.AccessKey, c.S3.SecretKey
 	f.Admin.Token = c.Admin.Token
+	f.Call.HTTP.Open = c.Call.HTTP.Open
 	b, err := yaml.Marshal(f)
 	if err != nil {
 		return err

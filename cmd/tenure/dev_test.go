@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,7 +149,22 @@ func TestDevCounterSurvivesRestart(t *testing.T) {
 		t.Errorf("admin token after a restart %q, want the first one, %q", got, token)
 	}
 	add(`{}`, 4)
-	add(`{"add":2}`, 6)
+	// tenure dev opens its runners' HTTP entity calls: no token needed,
+	// and its config says so to the runners that read it.
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Post("http://"+ready.Runners[0].AdminAddr+"/v1/entities/counter/c1", "application/json", strings.NewReader(`{"add":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"total":6}` {
+		t.Fatalf("POST /v1/entities/counter/c1 without a token on tenure dev: %d %s, want 200 and the total 6", resp.StatusCode, body)
+	}
+	if cfg, err := runner.Load(cfgPath, nil, nil); err != nil || !cfg.Call.HTTP.Open {
+		t.Errorf("the dev config: call.http.open %v (%v), want true", cfg.Call.HTTP.Open, err)
+	}
+	add(`{"add":2}`, 8)
 	d.stop(t)
 }
 

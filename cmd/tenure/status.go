@@ -21,7 +21,8 @@ import (
 const statusLong = `Shows the cluster: its shape (shards per group, groups), the dynamic config
 version, every live runner (id, admin address, weight, attached, shards
 owned, lease deadline lag, detachment mode, the dynamic config version it
-runs and why it refused a newer one) and who holds the shards.
+runs and why it refused a newer one), the types each runner hosts (from its
+membership record) and who holds the shards.
 
 Ownership comes from the shard locks in etcd, which are authoritative.
 Attachment, lag, mode and config come from each runner's admin endpoint
@@ -50,6 +51,9 @@ none renamed or removed):
       "addr": "10.0.0.5:9310",      admin address ("" if none)
       "weight": 1,                  registered weight (0: draining)
       "version": "v0.1.0",          software version
+      "types": ["counter", "echo"], task and entity types it hosts, sorted, as
+                                    its membership record says ([]: a
+                                    runner older than these records)
       "attached": true,             null when the runner is unreachable
       "owned": 64,                  shard locks it holds in etcd
       "lease_deadline_lag_seconds": 9.2,   null when unreachable
@@ -115,6 +119,10 @@ type RunnerReport struct {
 	Addr    string  `json:"addr"`
 	Weight  float64 `json:"weight"`
 	Version string  `json:"version"`
+	// Types are the task and entity types the runner hosts, sorted, from
+	// its membership record (known even when it does not answer); empty
+	// for a runner too old to advertise them.
+	Types []string `json:"types"`
 	// Attached is null when the runner's admin endpoint did not answer.
 	Attached *bool `json:"attached"`
 	// Owned counts the shard locks the runner holds in etcd.
@@ -228,7 +236,11 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 	rep.ShardsUnowned = conn.Meta.Shards*len(conn.Meta.Groups) - rep.ShardsOwned
 
 	for _, r := range gatherRunners(ctx, adm, conn.Etcd, runners) {
-		rr := RunnerReport{ID: r.ID, Addr: r.Addr, Weight: r.Weight, Version: r.Version, Owned: owned[r.ID], Draining: r.Weight == 0}
+		rr := RunnerReport{ID: r.ID, Addr: r.Addr, Weight: r.Weight, Version: r.Version, Types: slices.Clone(r.Types),
+			Owned: owned[r.ID], Draining: r.Weight == 0}
+		if rr.Types == nil {
+			rr.Types = []string{}
+		}
 		if !r.reachable() {
 			rr.StatusError = r.adminErr.Error()
 			rep.ShardsHeldUnreachable += rr.Owned
@@ -311,6 +323,7 @@ func printStatus(w io.Writer, rep *StatusReport) {
 			strconv.FormatFloat(r.Weight, 'g', -1, 64), attached, r.Owned, lag, mode, config, strings.Join(notes, "; "))
 	}
 	tw.Flush()
+	printRunnerTypes(w, rep.Runners)
 	if len(rep.Singletons) == 0 {
 		return
 	}
@@ -324,6 +337,22 @@ func printStatus(w io.Writer, rep *StatusReport) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", s.Type, s.Runner, s.Shard, state,
 			s.Since.UTC().Format(time.RFC3339), s.Restarts)
+	}
+	tw.Flush()
+}
+
+// printRunnerTypes prints the types each runner hosts, a section of its
+// own: a list of types does not fit a column of the runners' table.
+func printRunnerTypes(w io.Writer, runners []RunnerReport) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNNER\tTYPES")
+	for _, r := range runners {
+		types := strings.Join(r.Types, ", ")
+		if types == "" {
+			types = "(not advertised: an older runner)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", r.ID, types)
 	}
 	tw.Flush()
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	ghost, err := c.etcd.Register(ctx, storage.RunnerInfo{ID: "ghost", Addr: dead, Weight: 0, Groups: []string{"default"}, Version: "v9"}, 10*time.Second)
+	ghost, err := c.etcd.Register(ctx, storage.RunnerInfo{ID: "ghost", Addr: dead, Weight: 0, Groups: []string{"default"}, Version: "v9", Types: []string{"echo", "orders"}}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +106,22 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 		g.LeaseExpiresWithinSeconds == nil || *g.LeaseExpiresWithinSeconds <= 0 || *g.LeaseExpiresWithinSeconds > 11 {
 		t.Errorf("ghost: %+v", g)
 	}
+	// The types come from the membership record: known for a runner that
+	// does not answer; none for one that advertises none.
+	if g != nil && !slices.Equal(g.Types, []string{"echo", "orders"}) {
+		t.Errorf("ghost's types %v, want its record's [echo orders]", g.Types)
+	}
 	o := findRunner(rep, "odd")
+	if o != nil && (o.Types == nil || len(o.Types) != 0) {
+		t.Errorf("odd's types %#v, want [] (its record has none)", o.Types)
+	}
 	if o == nil || o.Attached == nil || !*o.Attached || o.LeaseDeadlineLagSeconds == nil || *o.LeaseDeadlineLagSeconds != 4.5 || o.LeaseExpiresWithinSeconds != nil ||
 		o.Mode != "observe" || o.ConfigVersion == nil || *o.ConfigVersion != 2 || o.Owned != 0 || !o.Reachable || o.Draining || o.Weight != 2 {
 		t.Errorf("odd: %+v", o)
 	}
 	// The JSON keeps nulls for what is unknown (the schema promises them).
 	raw := c.mustRun(Status, "--json")
-	for _, want := range []string{`"attached": null`, `"lease_deadline_lag_seconds": null`, `"shards_unowned": 5`, `"shards_held_unreachable": 3`} {
+	for _, want := range []string{`"types": []`, `"attached": null`, `"lease_deadline_lag_seconds": null`, `"shards_unowned": 5`, `"shards_held_unreachable": 3`} {
 		if !strings.Contains(raw, want) {
 			t.Errorf("status --json lacks %s:\n%s", want, raw)
 		}
@@ -121,6 +130,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	// The summary does not count the ghost's shards as owned: nobody runs
 	// their work until its lease ends.
 	for _, want := range []string{"ghost", "unknown", "admin unreachable", "draining", "odd", "4.5s", "observe",
+		"RUNNER  TYPES", "ghost   echo, orders", "odd     (not advertised",
 		"8 shards: 0 owned, 3 held by unreachable runners (lease ends in ≤ ", "s), 5 unowned"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("human status lacks %q:\n%s", want, out)
