@@ -109,6 +109,13 @@ func serveHTTP(c *Client, w http.ResponseWriter, r *http.Request, op string) {
 	w.Write(reply)
 }
 
+// WriteError answers an HTTP request with a call's error as the entity
+// endpoint does (see HTTPHandler for the statuses): the status its kind
+// has, Retry-After when sending it again is safe, and an ErrorBody with
+// the application's code and details for an *entity.AppError. A service's
+// own HTTP front uses it for the errors of its calls.
+func WriteError(w http.ResponseWriter, err error) { writeCallError(w, err) }
+
 // writeCallError answers a Call's error: its status and code (see
 // httpAnswerOf), whether the handler ran, and Retry-After when it did not
 // and trying again may pass.
