@@ -25,8 +25,9 @@ import (
 	"github.com/tenurehq/tenure/storage/etcd"
 )
 
-// binary is the tenure binary built for the package's tests.
-var binary string
+// binary is the tenure binary the tests run; counterBinary and cartBinary are
+// the example services (examples/counter, examples/cart).
+var binary, counterBinary, cartBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "tenure-bin-")
@@ -35,7 +36,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "tenure")
-	build := exec.Command("go", "build", "-race", "-o", binary, "github.com/tenurehq/tenure/cmd/tenure")
+	counterBinary, cartBinary = filepath.Join(dir, "counter"), filepath.Join(dir, "cart")
+	// The example services are runners too: the placement-by-type tests
+	// run them as two services of one cluster.
+	build := exec.Command("go", "build", "-race", "-o", dir+string(filepath.Separator),
+		"github.com/tenurehq/tenure/cmd/tenure", "github.com/tenurehq/tenure/examples/counter", "github.com/tenurehq/tenure/examples/cart")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "integration: building tenure:", err)
@@ -82,8 +87,14 @@ func start(t testing.TB, name string, args ...string) *proc {
 // startEnv is start with env added to the process's environment.
 func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, binary, name, env, args...)
+}
+
+// startBinary is startEnv of another program than tenure.
+func startBinary(t testing.TB, bin, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = append(append(childEnv(), "GORACE=halt_on_error=1"), env...)
 	dieWithParent(p.cmd)
@@ -231,6 +242,13 @@ func (r *runnerProc) Running() bool { return !r.exited() }
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
+	return newClusterWith(t)
+}
+
+// newClusterWith is newCluster with more `tenure dev` flags
+// (--shard-groups).
+func newClusterWith(t testing.TB, devArgs ...string) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	free := func() string {
 		a, err := embedded.FreeAddr()
@@ -241,8 +259,8 @@ func newCluster(t testing.TB) *cluster {
 	}
 	etcdAddr, peer, s3Addr := free(), free(), free()
 	cfgPath := filepath.Join(dir, "tenure.yaml")
-	infra := start(t, "tenure dev", "dev", "--runners", "0", "--data", filepath.Join(dir, "data"),
-		"--config-out", cfgPath, "--etcd-addr", etcdAddr, "--etcd-peer-addr", peer, "--s3-addr", s3Addr)
+	infra := start(t, "tenure dev", append([]string{"dev", "--runners", "0", "--data", filepath.Join(dir, "data"),
+		"--config-out", cfgPath, "--etcd-addr", etcdAddr, "--etcd-peer-addr", peer, "--s3-addr", s3Addr}, devArgs...)...)
 	testenv.WaitFor(t, "the dev config file", 60*time.Second, func() bool {
 		_, err := os.Stat(cfgPath)
 		return err == nil || infra.exited()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/routing"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 	s3store "github.com/tenurehq/tenure/storage/s3"
@@ -54,7 +55,13 @@ type Client struct {
 	closed atomic.Bool
 	// calls makes entity calls: the runner's own messaging (Runner.Client),
 	// or one started on the first call (Connect; closed by Close).
-	calls     func() (entity.Caller, error)
+	calls func() (entity.Caller, error)
+	// table is the routing view of the calls (nil: none), by which
+	// Submit places a task's type on its group (see typeplace.go); groups
+	// are the task clients of other groups than the client's.
+	table     func() (*routing.Table, error)
+	groupsMu  sync.Mutex
+	groups    map[string]*task.Client
 	callsOnce sync.Once
 	ownCalls  *calls
 	callsErr  error
@@ -135,6 +142,12 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 		}
 		return c.ownCalls.client, nil
 	}
+	c.table = func() (*routing.Table, error) {
+		if _, err := c.calls(); err != nil {
+			return nil, err
+		}
+		return c.ownCalls.table, nil
+	}
 	return c, nil
 }
 
@@ -180,6 +193,14 @@ func (r *Runner) Client(ctx context.Context, opts ...ClientOption) (*Client, err
 			return nil, fmt.Errorf("runner %s: %w", r.cfg.RunnerID, errCallsNotStarted)
 		}
 		return r.calls.client, nil
+	}
+	c.table = func() (*routing.Table, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.calls == nil {
+			return nil, fmt.Errorf("runner %s: %w", r.cfg.RunnerID, errCallsNotStarted)
+		}
+		return r.calls.table, nil
 	}
 	return c, nil
 }

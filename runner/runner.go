@@ -347,6 +347,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	runErr := make(chan error, 1)
 	work.Go("sharding manager", func(ctx context.Context) { runErr <- mgr.Run(ctx) })
 	work.Go("dynamic config watch", r.watchDynamic)
+	work.Go("type gap check", func(ctx context.Context) { r.warnTypeGaps(ctx, cs.table, self.Types) })
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()

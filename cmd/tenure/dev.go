@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/embedded"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/sharding/placement"
@@ -38,8 +39,9 @@ the same directory (elsewhere: --config FILE or TENURE_CONFIG=FILE), so that
 ` + "`tenure status`" + ` and ` + "`tenure task submit echo --input '{\"x\":1}' --wait`" + ` work with no
 flags. Ctrl-C stops it cleanly; the data under --data survives a restart.
 --runners 0 starts the infrastructure only, for ` + "`tenure run`" + ` processes; it
-writes the cluster meta (64 shards, group default) as the first runner
-would, so that tasks can be submitted before one starts.
+writes the cluster meta (64 shards, the groups of --shard-groups, default
+"default") as the first runner would, so that tasks can be submitted before
+one starts.
 
 The config holds a random admin token (admin.token, kept across restarts of
 the same --data): the runners require it on their mutating admin endpoints
@@ -55,6 +57,7 @@ admin_addr}]); logs go to stderr.
 type devFlags struct {
 	runners, adminBase                    int
 	data, out, etcdAddr, etcdPeer, s3Addr string
+	shardGroups                           []string
 }
 
 func newDevCmd(cli *CLI) *cobra.Command {
@@ -68,6 +71,11 @@ func newDevCmd(cli *CLI) *cobra.Command {
 			if f.runners < 0 || f.runners > 50 {
 				return usagef("--runners %d: must be in [0, 50]", f.runners)
 			}
+			for _, g := range f.shardGroups {
+				if err := task.ValidateGroup(g); err != nil {
+					return usagef("--shard-groups: %v", err)
+				}
+			}
 			return dev(cmd.Context(), cli, f)
 		},
 	}
@@ -79,6 +87,8 @@ func newDevCmd(cli *CLI) *cobra.Command {
 	fs.StringVar(&f.etcdPeer, "etcd-peer-addr", devEtcdPeer, "embedded etcd peer address")
 	fs.StringVar(&f.s3Addr, "s3-addr", devS3, "embedded S3 address")
 	fs.IntVar(&f.adminBase, "admin-base-port", devAdminBase, "admin port of the first in-process runner (the next ones follow)")
+	fs.StringSliceVar(&f.shardGroups, "shard-groups", []string{storage.DefaultGroup},
+		"the cluster's shard groups (fixed for its life): one per service whose runners host types of their own; the in-process runners serve all")
 	return cmd
 }
 
@@ -140,6 +150,7 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 		return err
 	}
 	base := devConfig(etcdSrv.Endpoint(), s3Srv)
+	base.ShardGroups = slices.Sorted(slices.Values(f.shardGroups))
 	base.Admin.Token = token
 	// A local dev cluster: its HTTP entity calls need no credential.
 	base.Call.HTTP.Open = true
@@ -283,9 +294,10 @@ func devConfig(etcdEndpoint string, s3 *embedded.S3) runner.Config {
 // devFile is what the dev config file holds: what clients and `tenure run`
 // need, nothing runner-specific.
 type devFile struct {
-	Cluster string `yaml:"cluster"`
-	Shards  int    `yaml:"shards"`
-	Etcd    struct {
+	Cluster     string   `yaml:"cluster"`
+	Shards      int      `yaml:"shards"`
+	ShardGroups []string `yaml:"shard_groups,omitempty"`
+	Etcd        struct {
 		Endpoints []string `yaml:"endpoints"`
 	} `yaml:"etcd"`
 	S3 struct {
@@ -313,6 +325,9 @@ type devFile struct {
 func writeDevConfig(path string, c runner.Config) error {
 	var f devFile
 	f.Cluster, f.Shards = c.Cluster, c.Shards
+	if !slices.Equal(c.ShardGroups, []string{storage.DefaultGroup}) {
+		f.ShardGroups = c.ShardGroups
+	}
 	f.Etcd.Endpoints = c.Etcd.Endpoints
 	f.S3.Endpoint, f.S3.Region, f.S3.Bucket, f.S3.PathStyle = c.S3.Endpoint, c.S3.Region, c.S3.Bucket, c.S3.PathStyle
 	f.S3.AccessKey, f.S3.SecretKey = c.S3.AccessKey, c.S3.SecretKey

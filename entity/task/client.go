@@ -117,6 +117,17 @@ func NewClient(store *Store, cfg ClientConfig) (*Client, error) {
 // Group returns the shard group the client submits to.
 func (c *Client) Group() string { return c.cfg.Group }
 
+// InGroup returns a client like c (its store, shard count, waker,
+// defaults) that submits to group instead.
+func (c *Client) InGroup(group string) (*Client, error) {
+	if err := ValidateGroup(group); err != nil {
+		return nil, err
+	}
+	cfg := c.cfg
+	cfg.Group = group
+	return NewClient(c.store, cfg)
+}
+
 // Shards returns the number of shards per group the client places tasks
 // with (the cluster meta's).
 func (c *Client) Shards() int { return c.cfg.Shards }
