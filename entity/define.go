@@ -61,6 +61,10 @@ type Definition struct {
 	stopper  bool
 	defErr   error // a definition error, reported by Register
 	readOnly []string
+	// ro says of every operation, by its name as declared, in lower case
+	// and "" for the default, whether it is read-only: Deliver's lookup,
+	// without the allocation of a case-folding one.
+	ro map[string]bool
 }
 
 // operation is one method of a defined type.
@@ -226,6 +230,13 @@ func (d *Definition) build(o defineOptions) error {
 	if o.behind < 0 {
 		return fmt.Errorf("%w: entity type %q: SaveBehind(%s): must not be negative", ErrInvalidConfig, d.name, o.behind)
 	}
+	d.ro = map[string]bool{}
+	for key, op := range d.ops {
+		d.ro[key], d.ro[op.name] = op.readOnly, op.readOnly
+	}
+	if d.def != nil {
+		d.ro[""] = d.def.readOnly
+	}
 	d.durable = !o.volatile && hasJSONFields(d.goType)
 	d.starter = pt.Implements(reflect.TypeFor[Starter]())
 	d.stopper = pt.Implements(reflect.TypeFor[Stopper]())
@@ -274,6 +285,15 @@ func (d *Definition) Ops() []string { return slices.Clone(d.names) }
 func (d *Definition) IsReadOnly(op string) bool {
 	o, ok := d.lookup(op)
 	return ok && o.readOnly
+}
+
+// readOnlyOp is IsReadOnly without allocating for a name spelled as
+// declared or in lower case.
+func (d *Definition) readOnlyOp(op string) bool {
+	if ro, ok := d.ro[op]; ok {
+		return ro
+	}
+	return d.IsReadOnly(op)
 }
 
 // Durable reports whether the type keeps durable state.

@@ -48,6 +48,10 @@ type call struct {
 	dec    context.Context // the detachment decision it was admitted under; nil: none
 	box    *mailbox
 	exec   *shardExec // the executor it was admitted to, for its entity's reminders
+	// ro: a read-only operation of a defined type, which may share its
+	// entity's turn with others (see turnReading); joined: it joined a
+	// reading turn whose first reader activated the instance.
+	ro, joined bool
 	// ready is closed when a waiting message is handed the turn; granted
 	// says so (under the executor's mu).
 	ready      chan struct{}
@@ -115,10 +119,12 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 		h.metrics.messages(kind, msgError).Inc()
 		return nil, fmt.Errorf("%w (type %q)", ErrEmptyEntityID, d.Type)
 	}
-	if _, ok := h.reg.lookup(d.Type); !ok {
+	rt, ok := h.reg.entry(d.Type)
+	if !ok {
 		h.metrics.messages(kind, msgError).Inc()
 		return nil, fmt.Errorf("entity: message to %s/%s: %w: %q", d.Type, d.ID, ErrNoHandler, d.Type)
 	}
+	ro := rt.def != nil && rt.def.readOnlyOp(d.Op)
 	if err := ctx.Err(); err != nil {
 		h.metrics.messages(kind, msgCancelled).Inc()
 		return nil, fmt.Errorf("entity: message to %s/%s: %w: %w", d.Type, d.ID, ErrNotStarted, context.Cause(ctx))
@@ -126,9 +132,9 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 	dctx := e.decision()
 	key := task.EntityKey(d.Type, d.ID)
 	if d.OneWay {
-		return nil, e.admitSend(d.Message, dctx, key)
+		return nil, e.admitSend(d.Message, dctx, key, ro)
 	}
-	c := &call{msg: d.Message, parent: ctx, caller: h.caller, dec: dctx, exec: e}
+	c := &call{msg: d.Message, parent: ctx, caller: h.caller, dec: dctx, exec: e, ro: ro}
 	c.Context, c.cancel = context.WithCancelCause(ctx)
 	defer c.cancel(nil)
 	e.mu.Lock()
@@ -154,8 +160,8 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 // admitSend admits a send under the gate and runs it in the background.
 // It takes its place in the mailbox before returning, so that one
 // sender's sends (and its next call) run in the order sent.
-func (e *shardExec) admitSend(m Message, dctx context.Context, key string) error {
-	c := &call{msg: m, caller: e.h.caller, dec: dctx, exec: e}
+func (e *shardExec) admitSend(m Message, dctx context.Context, key string, ro bool) error {
+	c := &call{msg: m, caller: e.h.caller, dec: dctx, exec: e, ro: ro}
 	// The send's context starts now, independent of the caller's, which
 	// ends when Deliver returns.
 	ctx, stop := context.WithTimeout(context.Background(), e.h.cfg.SendTimeout)
@@ -197,7 +203,7 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 	box := c.box
 	if c.Err() != nil {
 		err = e.notStarted(c) // ended while taking the turn
-	} else if ent, _, ierr := e.instanceFor(box, c.msg.Type, c.msg.ID); ierr != nil {
+	} else if ent, ierr := e.turnEntity(c); ierr != nil {
 		switch {
 		case errors.Is(ierr, ErrStateFenced):
 			// A newer ownership fenced the entity's state: the shard is
@@ -219,11 +225,15 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 		}
 	}
 	e.h.metrics.messageDuration(kind).Observe(time.Since(c.started).Seconds())
-	panicked := e.afterTurn(box, err)
-	e.mu.Lock()
-	e.calls.remove(c)
-	e.endTurnLocked(box)
-	e.mu.Unlock()
+	var panicked bool
+	if c.ro {
+		panicked = e.endRead(c, err)
+	} else {
+		panicked = e.afterTurn(box, err)
+		e.mu.Lock()
+		e.leaveTurnLocked(c)
+		e.mu.Unlock()
+	}
 	switch {
 	case err == nil:
 		e.h.metrics.messages(kind, msgOK).Inc()
@@ -233,6 +243,31 @@ func (e *shardExec) runTurn(c *call, kind string) (reply []byte, err error) {
 		e.h.metrics.messages(kind, outcomeOf(err)).Inc()
 	}
 	return reply, err
+}
+
+// turnEntity returns the entity c runs on, holding its turn: the
+// mailbox's instance (activated now if need be); a reader that joined a
+// reading turn shares the one its first reader activated, and a first
+// reader that has it lets others join.
+func (e *shardExec) turnEntity(c *call) (Entity, error) {
+	box := c.box
+	if c.joined {
+		e.mu.Lock()
+		in := box.inst
+		e.mu.Unlock()
+		if in == nil { // cannot happen: a reading turn keeps its instance
+			return nil, errors.New("entity: a reader joined a turn without an instance")
+		}
+		e.h.resident.touch(in)
+		return in.ent, nil
+	}
+	ent, _, err := e.instanceFor(box, c.msg.Type, c.msg.ID)
+	if err == nil && c.ro {
+		e.mu.Lock()
+		e.sharedLocked(box)
+		e.mu.Unlock()
+	}
+	return ent, err
 }
 
 // notStarted is the error of a message whose context ended after it was

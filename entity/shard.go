@@ -99,31 +99,6 @@ type trailingDrop struct {
 	ctx context.Context // the deletion's; nil: none left
 }
 
-// mailbox serialises one entity's tasks, ordered by task id (submission
-// order), and its messages, in arrival order, one turn at a time. A task
-// put back for later (waiting for a claim to lapse, a retry, a failed store
-// call, an abandoned commit, its object) keeps its place: held names it
-// while it waits in the due heap, and the entity's later tasks wait for it
-// (messages do not: see turn.go).
-//
-// Invariants (under the executor's mu): busy while a task worker or a
-// message holds the turn; queued while the mailbox is in runnable (its head
-// task has the next turn and waits for a slot); never both; a message
-// waiting for the turn is in waiting until it is handed the turn (granted)
-// or leaves.
-type mailbox struct {
-	key     string
-	pending []*item
-	busy    bool
-	queued  bool
-	held    string // id of the head task waiting in the heap; "" if none
-	inst    *instance
-	waiting []*call // messages waiting for the turn, first come first
-	// lastMsg: the latest turn was a message's, so a waiting task goes
-	// before the next waiting message (neither starves the other).
-	lastMsg bool
-}
-
 func newShardExec(h *Host, o sharding.Ownership) *shardExec {
 	e := &shardExec{
 		h:        h,
@@ -345,7 +320,7 @@ func (e *shardExec) dispatch() time.Duration {
 		box.pending = slices.Insert(box.pending, i, it)
 		// Not runnable yet: busy (a task or a message), or waiting for
 		// its held task. Already runnable: queued.
-		if !box.busy && !box.queued && box.held == "" {
+		if box.turn == turnFree && box.held == "" {
 			e.queueLocked(box)
 		}
 	}
@@ -359,7 +334,7 @@ func (e *shardExec) dispatch() time.Duration {
 		if u.box != nil {
 			u.it = u.box.pending[0]
 			u.box.pending = u.box.pending[1:]
-			u.box.queued, u.box.busy = false, true
+			e.turnLocked(u.box, turnTask, 0)
 			u.box.lastMsg = false
 		}
 		e.running++
@@ -415,7 +390,7 @@ func (e *shardExec) work(u unit) {
 func (e *shardExec) passivate(in *instance, reason StopReason) {
 	e.mu.Lock()
 	box := in.box
-	if box.busy || box.inst != in {
+	if box.turn.busy() || box.inst != in {
 		e.mu.Unlock()
 		return
 	}

@@ -121,8 +121,9 @@ func (e *shardExec) refusal(r RefusalReason) error {
 	return &RefusedError{Reason: r, Shard: e.own.Shard, Epoch: e.own.Epoch}
 }
 
-// takeTurnLocked gives c its entity's turn if the mailbox is free, or
-// queues c behind the turn; it reports whether c holds the turn. Under mu.
+// takeTurnLocked gives c its entity's turn if the mailbox is free (or c
+// is read-only and may join the readers holding it), or queues c behind
+// the turn; it reports whether c holds the turn. Under mu.
 func (e *shardExec) takeTurnLocked(c *call, key string) bool {
 	box := e.boxes[key]
 	if box == nil {
@@ -130,14 +131,61 @@ func (e *shardExec) takeTurnLocked(c *call, key string) bool {
 		e.boxes[key] = box
 	}
 	c.box = box
-	if box.busy || box.queued {
-		c.ready = make(chan struct{})
-		box.waiting = append(box.waiting, c)
-		return false
+	switch {
+	case box.turn == turnFree:
+		e.grantLocked(box, c)
+		return true
+	case c.ro && box.canJoin(c):
+		e.joinLocked(box, c)
+		return true
 	}
-	box.busy, box.lastMsg = true, true
+	c.ready = make(chan struct{})
+	box.waiting = append(box.waiting, c)
+	return false
+}
+
+// grantLocked gives c the turn of box, which is free or being handed on:
+// alone for a writing message, as the first reader for a read-only one.
+// Under mu.
+func (e *shardExec) grantLocked(box *mailbox, c *call) {
+	to, readers := turnMessage, 0
+	if c.ro {
+		to, readers = turnReading, 1
+	}
+	e.turnLocked(box, to, readers)
+	box.lastMsg = true
 	e.calls.push(c)
-	return true
+}
+
+// joinLocked lets the read-only message c share the reading turn of box,
+// on the instance its first reader activated. Under mu.
+func (e *shardExec) joinLocked(box *mailbox, c *call) {
+	e.turnLocked(box, turnReading, box.readers+1)
+	c.joined = true
+	e.calls.push(c)
+}
+
+// sharedLocked records that the first reader of box's reading turn has
+// its instance, and lets the read-only messages at the head of waiting
+// join it (not past a writing one: the order holds). Under mu.
+func (e *shardExec) sharedLocked(box *mailbox) {
+	box.shared = true
+	for len(box.waiting) > 0 && box.waiting[0].ro && box.joinable(box.waiting[0]) {
+		c := box.waiting[0]
+		box.waiting[0] = nil
+		box.waiting = box.waiting[1:]
+		c.granted = true
+		e.joinLocked(box, c)
+		close(c.ready)
+	}
+}
+
+// turnLocked moves box's turn (see mailbox.move). A refused move is a bug:
+// it is logged, and the turn left as it was. Under mu.
+func (e *shardExec) turnLocked(box *mailbox, to turnState, readers int) {
+	if err := box.move(to, readers); err != nil {
+		e.h.log.Error("refused a mailbox turn transition", "shard", e.own.Shard.String(), "err", err)
+	}
 }
 
 // waitTurn waits until c is handed its entity's turn. It fails, having
@@ -169,49 +217,97 @@ func (e *shardExec) waitTurn(c *call) error {
 		return err
 	}
 	if err != nil {
-		e.calls.remove(c)
-		e.endTurnLocked(c.box)
+		e.leaveTurnLocked(c)
 		return err
 	}
 	return nil
+}
+
+// leaveTurnLocked ends c's part of its entity's turn: a reader with others
+// still reading leaves them the turn; the last one out, or a writing
+// message, hands the turn on. Under mu.
+func (e *shardExec) leaveTurnLocked(c *call) {
+	e.calls.remove(c)
+	box := c.box
+	if box.turn == turnReading && box.readers > 1 {
+		e.turnLocked(box, turnReading, box.readers-1)
+		return
+	}
+	e.endTurnLocked(box)
+}
+
+// endRead is the end of a read-only message's handler (err its error): a
+// panic marks the instance for discarding, which the last reader out does
+// before it hands the turn on, so that no reader's instance is stopped
+// under it. It reports whether the handler panicked.
+func (e *shardExec) endRead(c *call, err error) (panicked bool) {
+	var p *PanicError
+	panicked = errors.As(err, &p)
+	box := c.box
+	e.mu.Lock()
+	if panicked || errors.Is(err, ErrStateFenced) {
+		box.discard = true
+	}
+	if box.readers > 1 {
+		e.turnLocked(box, turnReading, box.readers-1)
+		e.calls.remove(c)
+		in := box.inst
+		e.mu.Unlock()
+		if in != nil && !panicked {
+			e.h.resident.touch(in)
+		}
+		return panicked
+	}
+	// The last reader: nobody joins from now on.
+	box.shared = false
+	discard := box.discard
+	box.discard = false
+	e.mu.Unlock()
+	if discard {
+		e.discard(box)
+	} else {
+		e.afterTurn(box, nil)
+	}
+	e.mu.Lock()
+	e.calls.remove(c)
+	e.endTurnLocked(box)
+	e.mu.Unlock()
+	return panicked
 }
 
 // endTurnLocked hands box's turn on: to the first waiting message, unless
 // the latest turn was a message's and a task is ready; else to the head
 // task (through runnable); else the mailbox is free. Under mu.
 func (e *shardExec) endTurnLocked(box *mailbox) {
-	taskReady := box.held == "" && len(box.pending) > 0 && e.ctx.Err() == nil
+	taskReady := box.taskReady() && e.ctx.Err() == nil
 	if len(box.waiting) > 0 && (!taskReady || !box.lastMsg) {
 		c := box.waiting[0]
 		box.waiting[0] = nil
 		box.waiting = box.waiting[1:]
 		c.granted = true
-		box.busy, box.lastMsg = true, true
-		e.calls.push(c)
+		e.grantLocked(box, c)
 		close(c.ready)
 		return
 	}
-	box.busy = false
 	if taskReady {
 		e.queueLocked(box)
 		e.kick()
 		return
 	}
+	e.turnLocked(box, turnFree, 0)
 	e.dropIfIdleLocked(box)
 }
 
 // queueLocked puts box in runnable: its head task has the next turn.
 func (e *shardExec) queueLocked(box *mailbox) {
-	box.queued = true
+	e.turnLocked(box, turnQueued, 0)
 	e.runnable = append(e.runnable, unit{box: box})
 }
 
 // dropIfIdleLocked forgets a mailbox with nothing in it and no turn.
 func (e *shardExec) dropIfIdleLocked(box *mailbox) {
-	if !box.busy && !box.queued && len(box.pending) == 0 && box.held == "" && box.inst == nil && len(box.waiting) == 0 {
-		if e.boxes[box.key] == box {
-			delete(e.boxes, box.key)
-		}
+	if box.idle() && e.boxes[box.key] == box {
+		delete(e.boxes, box.key)
 	}
 }
 
