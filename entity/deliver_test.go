@@ -340,9 +340,9 @@ func (b *bareHost) waiting(typ, id string) int {
 	if e == nil {
 		return 0
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if box := e.boxes[task.EntityKey(typ, id)]; box != nil {
+	e.sched.mu.Lock()
+	defer e.sched.mu.Unlock()
+	if box := e.sched.boxes[task.EntityKey(typ, id)]; box != nil {
 		return len(box.waiting)
 	}
 	return 0

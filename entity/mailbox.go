@@ -145,10 +145,11 @@ func (b *mailbox) taskReady() bool { return b.held == "" && len(b.pending) > 0 }
 func (b *mailbox) canJoin(c *call) bool { return len(b.waiting) == 0 && b.joinable(c) }
 
 // joinable reports whether the read-only message c may share the reading
-// turn, wherever it stands: the turn's instance is ready and is c's
-// entity's (not a colliding key's), and no task is ready.
+// turn, wherever it stands: the turn's instance is ready, not to be
+// discarded, and is c's entity's (not a colliding key's), and no task is
+// ready.
 func (b *mailbox) joinable(c *call) bool {
-	return b.turn == turnReading && b.shared && !b.taskReady() &&
+	return b.turn == turnReading && b.shared && !b.discard && !b.taskReady() &&
 		b.inst != nil && b.inst.typ == c.msg.Type && b.inst.id == c.msg.ID
 }
 

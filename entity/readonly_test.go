@@ -3,6 +3,7 @@ package entity
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -30,7 +31,34 @@ type gaugeProbe struct {
 	maxReaders int
 	overlaps   []string // a writer beside anyone, or a reader beside a writer
 	release    chan struct{}
+	starts     int
+	stops      []StopReason
+	// stoppedInUse counts the OnStop calls that came while a reader was
+	// inside an operation of the instance.
+	stoppedInUse int
 }
+
+// OnStart counts activations.
+func (g *gauge) OnStart(context.Context) error {
+	g.probe.mu.Lock()
+	defer g.probe.mu.Unlock()
+	g.probe.starts++
+	return nil
+}
+
+// OnStop records why the instance stopped, and whether a reader was
+// still inside it.
+func (g *gauge) OnStop(_ context.Context, reason StopReason) {
+	g.probe.mu.Lock()
+	defer g.probe.mu.Unlock()
+	g.probe.stops = append(g.probe.stops, reason)
+	if g.probe.readers > 0 {
+		g.probe.stoppedInUse++
+	}
+}
+
+// Boom is read-only and panics.
+func (g *gauge) Boom(_ Context) error { panic("boom") }
 
 func (p *gaugeProbe) enterRead() {
 	p.mu.Lock()
@@ -96,9 +124,9 @@ func (b *bareHost) pendingTasks(typ, id string) int {
 	if e == nil {
 		return 0
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if box := e.boxes[task.EntityKey(typ, id)]; box != nil {
+	e.sched.mu.Lock()
+	defer e.sched.mu.Unlock()
+	if box := e.sched.boxes[task.EntityKey(typ, id)]; box != nil {
 		return len(box.pending)
 	}
 	return 0
@@ -112,7 +140,7 @@ func (b *bareHost) pendingTasks(typ, id string) int {
 func TestReadOnlyCallsShareTheTurn(t *testing.T) {
 	e := newEnv(t, 1)
 	probe := &gaugeProbe{release: make(chan struct{})}
-	d := Define("gauge", func(string) *gauge { return &gauge{probe: probe} }, ReadOnly("Peek"))
+	d := Define("gauge", func(string) *gauge { return &gauge{probe: probe} }, ReadOnly("Peek", "Boom"))
 	if !d.IsReadOnly("Peek") || !d.IsReadOnly("peek") || d.IsReadOnly("Bump") {
 		t.Fatal("IsReadOnly does not tell Peek (read-only) from Bump")
 	}
@@ -179,5 +207,53 @@ func TestReadOnlyCallsShareTheTurn(t *testing.T) {
 	}
 	if len(probe.overlaps) > 0 {
 		t.Fatalf("a writer overlapped: %v", probe.overlaps)
+	}
+}
+
+// TestReadOnlyPanicDiscardsAfterLastReader: a read-only call that panics
+// beside another reader fails with a *PanicError, and its instance is
+// discarded (StopFailed) only once the other reader has left, never under
+// it; the next call activates a fresh instance.
+func TestReadOnlyPanicDiscardsAfterLastReader(t *testing.T) {
+	e := newEnv(t, 1)
+	probe := &gaugeProbe{release: make(chan struct{})}
+	b := e.bareHost(func(h *Host) {
+		if err := h.Define(Define("gauge", func(string) *gauge { return &gauge{probe: probe} }, ReadOnly("Peek", "Boom"))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	b.own(shard0, 100)
+	ctx := ctxFor(t, 30*time.Second)
+	peek := make(chan result, 1)
+	go func() {
+		r, err := b.invoke(ctx, "gauge", "g1", "Peek", ``)
+		peek <- result{r, err}
+	}()
+	testenv.WaitFor(t, "the reader inside", 10*time.Second, func() bool { r, _ := probe.inside(); return r == 1 })
+	_, err := b.invoke(ctx, "gauge", "g1", "Boom", ``)
+	var pe *PanicError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Boom: %v, want a *PanicError", err)
+	}
+	probe.mu.Lock()
+	stops := len(probe.stops)
+	probe.mu.Unlock()
+	if stops != 0 {
+		t.Fatalf("the instance stopped %d times while a reader was still inside", stops)
+	}
+	close(probe.release)
+	if r := <-peek; r.err != nil || r.reply != `0` {
+		t.Fatalf("Peek: %q, %v", r.reply, r.err)
+	}
+	testenv.WaitFor(t, "the broken instance discarded", 10*time.Second, func() bool {
+		probe.mu.Lock()
+		defer probe.mu.Unlock()
+		return len(probe.stops) == 1
+	})
+	mustInvoke(t, b, "gauge", "g1", "Peek", ``, `0`)
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	if probe.stops[0] != StopFailed || probe.stoppedInUse != 0 || probe.starts != 2 {
+		t.Fatalf("stops %v (%d while in use), starts %d; want one failed stop, none in use, 2 starts", probe.stops, probe.stoppedInUse, probe.starts)
 	}
 }
