@@ -58,14 +58,15 @@ type call struct {
 	dec    context.Context // the detachment decision it was admitted under; nil: none
 	box    *mailbox
 	ref    *shardRef // the ownership it was admitted to, for its entity's reminders
-	// ro: a read-only operation of a defined type, which may share its
-	// entity's turn with others (see turnReading); joined: it joined a
-	// reading turn whose first reader activated the instance.
-	ro, joined bool
 	// ready is closed when a waiting message is handed the turn; granted
 	// says so (under the scheduler's mu).
-	ready      chan struct{}
-	granted    bool
+	ready   chan struct{}
+	granted bool
+	// ro: a read-only operation of a defined type, which may share its
+	// entity's turn with others (see turnReading); joined: it joined a
+	// reading turn whose first reader activated the instance. Beside
+	// granted, so that the three share one word.
+	ro, joined bool
 	started    time.Time // when it took the turn (set under the scheduler's mu)
 	prev, next *call     // in the scheduler's calls, under its mu
 }
