@@ -87,10 +87,16 @@ type defineOptions struct {
 }
 
 // ReadOnly marks operations that never change the state: they are never
-// followed by a save, and may run concurrently with each other (never with
-// a writing operation). A read-only operation that changes the state in
-// memory anyway has that change dropped at the next writing operation's
-// save or not, so do not.
+// followed by a save, and on a host the calls and sends of read-only
+// operations of one entity share its turn, running concurrently with each
+// other, never with a writing operation or with any task of the entity (a
+// task, a reminder, even of a read-only operation, takes the turn alone).
+// A read-only call finding only readers running joins them if no message
+// waits before it and no task is ready. So a read-only operation must be
+// safe to run beside others of its kind on the same value: read it, do not
+// write it. A read-only operation that changes the state in memory anyway
+// has that change dropped at the next writing operation's save or not, so
+// do not.
 func ReadOnly(ops ...string) DefineOption {
 	return func(o *defineOptions) { o.readOnly = append(o.readOnly, ops...) }
 }
