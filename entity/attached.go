@@ -34,9 +34,9 @@ func Attached(ctx context.Context) error {
 // Attached. bound, if not nil, is the detachment decision an enforced
 // claim is bound to: the handler's context ends with it too, but through
 // context.AfterFunc, a moment later; the check reads it directly.
-func (e *shardExec) withAttachmentCheck(ctx, bound context.Context) context.Context {
+func (r *shardRef) withAttachmentCheck(ctx, bound context.Context) context.Context {
 	return context.WithValue(ctx, checkKey{}, func() error {
-		e.enforcement()
+		r.enforcement()
 		if bound != nil && bound.Err() != nil {
 			return context.Cause(bound)
 		}

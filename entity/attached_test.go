@@ -18,7 +18,7 @@ func TestAttachedChecksBeforeReporting(t *testing.T) {
 	errPaused := errors.New("detached: lease deadline passed while paused")
 	own, cancelOwn := context.WithCancelCause(context.Background())
 	checks := 0
-	e := &shardExec{ctx: own, own: sharding.Ownership{Ctx: own, Enforcement: func() detachment.Enforcement {
+	e := &shardRef{ctx: own, own: sharding.Ownership{Ctx: own, Enforcement: func() detachment.Enforcement {
 		checks++
 		if checks == 2 {
 			cancelOwn(errPaused) // the check finds the cutoff passed
@@ -35,7 +35,7 @@ func TestAttachedChecksBeforeReporting(t *testing.T) {
 
 	bound, endDecision := context.WithCancelCause(context.Background())
 	live := context.Background()
-	e2 := &shardExec{ctx: live, own: sharding.Ownership{Ctx: live}}
+	e2 := &shardRef{ctx: live, own: sharding.Ownership{Ctx: live}}
 	ctx2 := e2.withAttachmentCheck(live, bound)
 	if err := Attached(ctx2); err != nil {
 		t.Fatalf("live: %v", err)

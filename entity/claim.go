@@ -48,15 +48,6 @@ import (
 // cancel or a replay came in between); a won one runs the handler
 // (execute.go), whose outcome is committed in commit.go.
 
-// process claims and runs the task of one due pointer.
-func (e *shardExec) process(it *item, box *mailbox) {
-	for tries := 0; ; tries++ {
-		if !e.act(it, box, e.look(it, tries)) {
-			return
-		}
-	}
-}
-
 // action is what a look at a pointer decided to do with it.
 type action int
 
@@ -91,77 +82,6 @@ func waitUntil(at time.Time) verdict { return verdict{do: actWait, at: at} }
 // retry puts the pointer back for a second after a store call failed.
 func retry(err error) verdict { return verdict{do: actRetry, err: err} }
 
-// act carries out a verdict on the pointer it and reports whether to look
-// again.
-func (e *shardExec) act(it *item, box *mailbox, v verdict) (again bool) {
-	ctx := e.ctx
-	switch v.do {
-	case actLookAgain:
-		return true
-	case actWait:
-		e.requeue(it, v.at)
-	case actRetry:
-		e.retryLater(it, v.err)
-	case actForget:
-		e.forget(it.ptr.ID)
-	case actParked:
-		// Nothing left: orphan did it under the lock it decided under.
-	case actDrop:
-		e.dropPointer(ctx, it, true)
-	case actRestore:
-		// The stale pointer's task moved on: its current pointer is
-		// written again before this one goes (see decideTask).
-		if err := e.h.tasks.PutPointer(ctx, v.t); err != nil {
-			e.retryLater(it, err)
-			return false
-		}
-		e.follow(ctx, it, v.t, true)
-	case actFailCorrupt:
-		e.failCorrupt(ctx, it, v.t, v.etag, v.err)
-	case actFailExhausted:
-		e.finishExhausted(ctx, it, v.t, v.etag)
-	case actWrite:
-		// Cancelled or requeued: write that, then look again (at what
-		// changed meanwhile, if the write lost a race).
-		if _, err := e.h.tasks.Write(ctx, v.t, v.etag); err != nil && !errors.Is(err, storage.ErrPrecondition) {
-			e.retryLater(it, err)
-			return false
-		}
-		return true
-	case actClaim:
-		return e.claim(it, box, v)
-	}
-	return false
-}
-
-// claim writes the claim a look decided on, by compare-and-swap, and runs
-// the task. It reports a lost race: look again.
-func (e *shardExec) claim(it *item, box *mailbox, v verdict) (again bool) {
-	// The span covers the claim's write (its S3 call is a child): the
-	// reads before it are looks, many per claim, and not worth a span.
-	ctx, span := e.startSpan(e.ctx, v.t, spanClaim)
-	etag, err := e.h.tasks.Write(ctx, v.t, v.etag)
-	if errors.Is(err, storage.ErrPrecondition) {
-		span.AddEvent("claim lost a race: looking again")
-		span.End()
-		e.h.metrics.claimRaces.Inc()
-		return true // someone changed it (a cancel, a replay): look again
-	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		span.End()
-		e.retryLater(it, err)
-		return false
-	}
-	span.End()
-	e.h.metrics.claims.Inc()
-	c := v.run
-	c.t, c.etag = v.t, etag
-	e.execute(it, box, c)
-	return false
-}
-
 // seen is what one look read of a pointer's task.
 type seen struct {
 	t      *task.Task
@@ -186,59 +106,144 @@ func (s *seen) failExhausted() verdict {
 	return verdict{do: actFailExhausted, t: s.t, etag: s.etag}
 }
 
-// look reads the task of pointer it and decides what to do with it. tries
-// counts the looks before this one.
-func (e *shardExec) look(it *item, tries int) verdict {
-	if e.ctx.Err() != nil {
-		// Not owned any more: the next owner lists the pointer.
-		return verdict{do: actForget}
-	}
-	if tries == 5 {
-		e.h.log.Warn("task keeps changing under its claim; retrying later", "task", it.ptr.Key)
-		return waitUntil(e.soon(time.Second))
-	}
-	id := it.ptr.ID
-	readAt := time.Now()
-	now, err := e.h.tasks.Now(e.ctx)
-	if err != nil {
-		return retry(err)
-	}
-	if e.h.isActive(e.taskKey(id)) {
-		// An earlier ownership's handler of this task ignores its
-		// interruption and still runs here: never a second run.
-		return waitUntil(now.Latest().Add(500 * time.Millisecond))
-	}
-	s := &seen{now: now, readAt: readAt}
-	if v, ok := e.fromHint(it, s); ok {
-		return v
-	}
-	t, etag, err := e.h.tasks.Load(e.ctx, e.own.Shard, id)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return e.orphan(it, now)
-	case errors.Is(err, task.ErrCorrupt):
-		return verdict{do: actFailCorrupt, t: t, etag: etag, err: err}
-	case err != nil:
-		return retry(err)
-	}
-	e.found(id)
-	s.t, s.etag = t, etag
-	return e.decideTask(it, s)
-}
-
-// found clears what was noted of task id while its object was missing.
-func (e *shardExec) found(id string) {
-	e.mu.Lock()
-	delete(e.orphans, id)
-	delete(e.rewoken, id)
-	e.mu.Unlock()
-}
-
 // hintKeep is how far off a pointer's due time may be for its wake-up hint
 // to be kept while it waits: the S3 clock's uncertainty makes a task
 // submitted for now look due a few milliseconds late; a task delayed
 // further is read when it falls due, and its hint does not sit in memory.
 const hintKeep = time.Second
+
+// pipeline runs the attempts of a shard's tasks, one due pointer at a time
+// per worker: look and claim (this file), execute and renew (execute.go),
+// commit (commit.go). The scheduler sees it only as a taskRunner; it
+// asks the scheduler to put pointers back (requeue), forget them, and
+// residency for the instance an attempt runs on. Each attempt moves
+// through attemptStage (execute.go).
+type pipeline struct {
+	shardRef
+	s    *scheduler
+	res  *residency
+	fate *fate
+}
+
+// process claims and runs the task of one due pointer.
+func (p *pipeline) process(it *item, box *mailbox) {
+	for tries := 0; ; tries++ {
+		if !p.act(it, box, p.look(it, tries)) {
+			return
+		}
+	}
+}
+
+// act carries out a verdict on the pointer it and reports whether to look
+// again.
+func (p *pipeline) act(it *item, box *mailbox, v verdict) (again bool) {
+	ctx := p.ctx
+	switch v.do {
+	case actLookAgain:
+		return true
+	case actWait:
+		p.s.requeue(it, v.at)
+	case actRetry:
+		p.retryLater(it, v.err)
+	case actForget:
+		p.s.forget(it.ptr.ID)
+	case actParked:
+		// Nothing left: orphan did it under the lock it decided under.
+	case actDrop:
+		p.dropPointer(ctx, it, true)
+	case actRestore:
+		// The stale pointer's task moved on: its current pointer is
+		// written again before this one goes (see decideTask).
+		if err := p.h.tasks.PutPointer(ctx, v.t); err != nil {
+			p.retryLater(it, err)
+			return false
+		}
+		p.follow(ctx, it, v.t, true)
+	case actFailCorrupt:
+		p.failCorrupt(ctx, it, v.t, v.etag, v.err)
+	case actFailExhausted:
+		p.finishExhausted(ctx, it, v.t, v.etag)
+	case actWrite:
+		// Cancelled or requeued: write that, then look again (at what
+		// changed meanwhile, if the write lost a race).
+		if _, err := p.h.tasks.Write(ctx, v.t, v.etag); err != nil && !errors.Is(err, storage.ErrPrecondition) {
+			p.retryLater(it, err)
+			return false
+		}
+		return true
+	case actClaim:
+		return p.claim(it, box, v)
+	}
+	return false
+}
+
+// claim writes the claim a look decided on, by compare-and-swap, and runs
+// the task. It reports a lost race: look again.
+func (p *pipeline) claim(it *item, box *mailbox, v verdict) (again bool) {
+	// The span covers the claim's write (its S3 call is a child): the
+	// reads before it are looks, many per claim, and not worth a span.
+	ctx, span := p.startSpan(p.ctx, v.t, spanClaim)
+	etag, err := p.h.tasks.Write(ctx, v.t, v.etag)
+	if errors.Is(err, storage.ErrPrecondition) {
+		span.AddEvent("claim lost a race: looking again")
+		span.End()
+		p.h.metrics.claimRaces.Inc()
+		return true // someone changed it (a cancel, a replay): look again
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		p.retryLater(it, err)
+		return false
+	}
+	span.End()
+	p.h.metrics.claims.Inc()
+	c := v.run
+	c.t, c.etag = v.t, etag
+	p.execute(it, box, c)
+	return false
+}
+
+// look reads the task of pointer it and decides what to do with it. tries
+// counts the looks before this one.
+func (p *pipeline) look(it *item, tries int) verdict {
+	if p.ctx.Err() != nil {
+		// Not owned any more: the next owner lists the pointer.
+		return verdict{do: actForget}
+	}
+	if tries == 5 {
+		p.h.log.Warn("task keeps changing under its claim; retrying later", "task", it.ptr.Key)
+		return waitUntil(p.soon(time.Second))
+	}
+	id := it.ptr.ID
+	readAt := time.Now()
+	now, err := p.h.tasks.Now(p.ctx)
+	if err != nil {
+		return retry(err)
+	}
+	if p.h.isActive(p.taskKey(id)) {
+		// An earlier ownership's handler of this task ignores its
+		// interruption and still runs here: never a second run.
+		return waitUntil(now.Latest().Add(500 * time.Millisecond))
+	}
+	s := &seen{now: now, readAt: readAt}
+	if v, ok := p.fromHint(it, s); ok {
+		return v
+	}
+	t, etag, err := p.h.tasks.Load(p.ctx, p.own.Shard, id)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return p.orphan(it, now)
+	case errors.Is(err, task.ErrCorrupt):
+		return verdict{do: actFailCorrupt, t: t, etag: etag, err: err}
+	case err != nil:
+		return retry(err)
+	}
+	p.s.found(id)
+	s.t, s.etag = t, etag
+	return p.decideTask(it, s)
+}
 
 // fromHint decides on the pointer's task as its wake-up hint carries it
 // (the version its submitter wrote, with its ETag), without reading it:
@@ -258,19 +263,19 @@ const hintKeep = time.Second
 // that would write without that condition (deleting or rewriting pointers
 // of finished or moved tasks) are never taken on a hint. Waiting and
 // forgetting only delay the task.
-func (e *shardExec) fromHint(it *item, s *seen) (verdict, bool) {
+func (p *pipeline) fromHint(it *item, s *seen) (verdict, bool) {
 	h := it.hint
 	it.hint = nil
 	if h == nil {
 		return verdict{}, false
 	}
-	t, etag, err := e.h.tasks.FromHint(it.ptr, *h)
+	t, etag, err := p.h.tasks.FromHint(it.ptr, *h)
 	if err != nil || t.Status != task.Pending || t.PointerKey() != it.ptr.Key {
 		return verdict{}, false
 	}
-	e.found(it.ptr.ID)
+	p.s.found(it.ptr.ID)
 	s.t, s.etag = t, etag
-	v := e.decideTask(it, s)
+	v := p.decideTask(it, s)
 	if v.do == actWait && v.at.Sub(s.now.Latest()) <= hintKeep {
 		it.hint = h
 	}
@@ -278,7 +283,7 @@ func (e *shardExec) fromHint(it *item, s *seen) (verdict, bool) {
 }
 
 // decideTask decides on a task that was read, by its pointer and its status.
-func (e *shardExec) decideTask(it *item, s *seen) verdict {
+func (p *pipeline) decideTask(it *item, s *seen) verdict {
 	if s.t.Status.IsTerminal() {
 		return verdict{do: actDrop} // finished: its pointer is stale
 	}
@@ -292,13 +297,13 @@ func (e *shardExec) decideTask(it *item, s *seen) verdict {
 	}
 	// What this claim may promise: read now, bound to the attempt in
 	// execute (see detachment.Enforcement).
-	s.enf = e.enforcement()
-	s.ci = task.ClaimInfo{RunnerID: e.h.runnerID, Epoch: e.own.Epoch, LeaseID: e.own.LeaseID, Lease: e.h.cfg.TaskLease, Enforced: s.enf.Enforced}
+	s.enf = p.enforcement()
+	s.ci = task.ClaimInfo{RunnerID: p.h.runnerID, Epoch: p.own.Epoch, LeaseID: p.own.LeaseID, Lease: p.h.cfg.TaskLease, Enforced: s.enf.Enforced}
 	switch s.t.Status {
 	case task.Running:
-		return e.decideRunning(s)
+		return p.decideRunning(s)
 	case task.Pending:
-		return e.decidePending(s)
+		return p.decidePending(s)
 	}
 	return verdict{do: actForget}
 }
@@ -306,9 +311,9 @@ func (e *shardExec) decideTask(it *item, s *seen) verdict {
 // decideRunning decides on a running task: one this runner claimed before,
 // or one a previous owner left running, which is taken over at once only if
 // its holder promised to stop in time (task.Claim.Enforced).
-func (e *shardExec) decideRunning(s *seen) verdict {
+func (p *pipeline) decideRunning(s *seen) verdict {
 	t, c, now := s.t, s.t.Claim, s.now
-	if c != nil && c.Epoch > e.own.Epoch {
+	if c != nil && c.Epoch > p.own.Epoch {
 		// A newer owner has it: we are about to lose the shard.
 		// The entity's later tasks wait with it.
 		return waitUntil(now.Latest().Add(time.Second))
@@ -335,16 +340,16 @@ func (e *shardExec) decideRunning(s *seen) verdict {
 		// push it further for as long as it runs.
 		return waitUntil(c.LeaseExpiresAt.Add(now.Latest().Sub(now.Earliest())))
 	default:
-		terr = t.TakeOver(now.Earliest(), s.ci, e.takeoverReason(c))
+		terr = t.TakeOver(now.Earliest(), s.ci, p.takeoverReason(c))
 		if terr == nil {
-			e.h.metrics.takeovers.Inc()
+			p.h.metrics.takeovers.Inc()
 		}
 	}
 	switch {
 	case errors.Is(terr, task.ErrAttemptsExhausted):
 		return s.failExhausted()
 	case terr != nil:
-		e.h.log.Warn("cannot take over task", "task", t.Ref(), "err", terr)
+		p.h.log.Warn("cannot take over task", "task", t.Ref(), "err", terr)
 		return verdict{do: actForget}
 	case t.Status != task.Running:
 		// Cancelled or requeued: write that, then look again.
@@ -355,11 +360,11 @@ func (e *shardExec) decideRunning(s *seen) verdict {
 
 // takeoverReason says, in the task's history, whose claim a takeover
 // replaces (c, nil if none) and why it could.
-func (e *shardExec) takeoverReason(c *task.Claim) string {
+func (p *pipeline) takeoverReason(c *task.Claim) string {
 	if c == nil {
 		return "left running by a previous owner"
 	}
-	reason := fmt.Sprintf("left running by %s at epoch %d (now %d)", c.RunnerID, c.Epoch, e.own.Epoch)
+	reason := fmt.Sprintf("left running by %s at epoch %d (now %d)", c.RunnerID, c.Epoch, p.own.Epoch)
 	if c.Enforced {
 		return reason + ", which enforced detachment"
 	}
@@ -368,13 +373,13 @@ func (e *shardExec) takeoverReason(c *task.Claim) string {
 
 // decidePending decides on a pending task: claim it if this runner handles
 // its type and it is due.
-func (e *shardExec) decidePending(s *seen) verdict {
+func (p *pipeline) decidePending(s *seen) verdict {
 	t, now := s.t, s.now
-	if _, ok := e.h.reg.lookup(t.Type); !ok {
+	if _, ok := p.h.reg.lookup(t.Type); !ok {
 		// Left pending for a runner that knows the type; looked at
 		// again at the next reconciliation.
-		e.h.metrics.unhandledType(t.Type)
-		e.h.log.Warn("no handler for task type; leaving the task pending", "task", t.Ref(), "type", t.Type)
+		p.h.metrics.unhandledType(t.Type)
+		p.h.log.Warn("no handler for task type; leaving the task pending", "task", t.Ref(), "type", t.Type)
 		return verdict{do: actForget}
 	}
 	if err := t.ClaimFor(now.Earliest(), s.ci); err != nil {
@@ -388,7 +393,7 @@ func (e *shardExec) decidePending(s *seen) verdict {
 		case errors.Is(err, task.ErrAttemptsExhausted):
 			return s.failExhausted()
 		default:
-			e.h.log.Warn("cannot claim task", "task", t.Ref(), "err", err)
+			p.h.log.Warn("cannot claim task", "task", t.Ref(), "err", err)
 			return verdict{do: actForget}
 		}
 	}
@@ -406,43 +411,31 @@ func (e *shardExec) decidePending(s *seen) verdict {
 // owner only after writing the object, so the object exists now. A wake-up
 // that comes while the pointer waits in the heap makes it due at once (see
 // onWake).
-func (e *shardExec) orphan(it *item, now storage.ServerTime) verdict {
+func (p *pipeline) orphan(it *item, now storage.ServerTime) verdict {
 	id := it.ptr.ID
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.rewoken[id] {
-		delete(e.rewoken, id)
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	if p.s.rewoken[id] {
+		delete(p.s.rewoken, id)
 		return verdict{do: actLookAgain}
 	}
-	first, ok := e.orphans[id]
+	first, ok := p.s.orphans[id]
 	if !ok {
 		first = time.Now()
-		e.orphans[id] = first
+		p.s.orphans[id] = first
 	}
 	age := time.Since(first)
 	switch {
-	case age < e.h.cfg.OrphanWait:
+	case age < p.h.cfg.OrphanWait:
 		return waitUntil(now.Latest().Add(min(max(age/2, 100*time.Millisecond), 2*time.Second)))
-	case age < e.h.cfg.OrphanPointerAge:
+	case age < p.h.cfg.OrphanPointerAge:
 		// Its wake-up, if the object still comes, or the next
 		// reconciliation brings it back. Dropped from the known set
 		// under the lock that checked rewoken, so that a wake-up from
 		// now on queues it afresh (see onWake).
-		delete(e.known, id)
+		delete(p.s.known, id)
 		return verdict{do: actParked}
 	}
-	delete(e.orphans, id)
+	delete(p.s.orphans, id)
 	return verdict{do: actDrop}
 }
-
-// enforcement is what a claim made now may promise (see
-// sharding.Ownership.Enforcement).
-func (e *shardExec) enforcement() detachment.Enforcement {
-	if e.own.Enforcement == nil {
-		return detachment.Enforcement{Ctx: e.ctx}
-	}
-	return e.own.Enforcement()
-}
-
-// taskKey names a task across the runner's shards.
-func (e *shardExec) taskKey(id string) string { return e.own.Shard.String() + "/" + id }

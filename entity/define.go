@@ -61,6 +61,10 @@ type Definition struct {
 	stopper  bool
 	defErr   error // a definition error, reported by Register
 	readOnly []string
+	// ro says of every operation, by its name as declared, in lower case
+	// and "" for the default, whether it is read-only: Deliver's lookup,
+	// without the allocation of a case-folding one.
+	ro map[string]bool
 }
 
 // operation is one method of a defined type.
@@ -83,10 +87,16 @@ type defineOptions struct {
 }
 
 // ReadOnly marks operations that never change the state: they are never
-// followed by a save, and may run concurrently with each other (never with
-// a writing operation). A read-only operation that changes the state in
-// memory anyway has that change dropped at the next writing operation's
-// save or not, so do not.
+// followed by a save, and on a host the calls and sends of read-only
+// operations of one entity share its turn, running concurrently with each
+// other, never with a writing operation or with any task of the entity (a
+// task, a reminder, even of a read-only operation, takes the turn alone).
+// A read-only call finding only readers running joins them if no message
+// waits before it and no task is ready. So a read-only operation must be
+// safe to run beside others of its kind on the same value: read it, do not
+// write it. A read-only operation that changes the state in memory anyway
+// has that change dropped at the next writing operation's save or not, so
+// do not.
 func ReadOnly(ops ...string) DefineOption {
 	return func(o *defineOptions) { o.readOnly = append(o.readOnly, ops...) }
 }
@@ -226,6 +236,13 @@ func (d *Definition) build(o defineOptions) error {
 	if o.behind < 0 {
 		return fmt.Errorf("%w: entity type %q: SaveBehind(%s): must not be negative", ErrInvalidConfig, d.name, o.behind)
 	}
+	d.ro = map[string]bool{}
+	for key, op := range d.ops {
+		d.ro[key], d.ro[op.name] = op.readOnly, op.readOnly
+	}
+	if d.def != nil {
+		d.ro[""] = d.def.readOnly
+	}
 	d.durable = !o.volatile && hasJSONFields(d.goType)
 	d.starter = pt.Implements(reflect.TypeFor[Starter]())
 	d.stopper = pt.Implements(reflect.TypeFor[Stopper]())
@@ -274,6 +291,15 @@ func (d *Definition) Ops() []string { return slices.Clone(d.names) }
 func (d *Definition) IsReadOnly(op string) bool {
 	o, ok := d.lookup(op)
 	return ok && o.readOnly
+}
+
+// readOnlyOp is IsReadOnly without allocating for a name spelled as
+// declared or in lower case.
+func (d *Definition) readOnlyOp(op string) bool {
+	if ro, ok := d.ro[op]; ok {
+		return ro
+	}
+	return d.IsReadOnly(op)
 }
 
 // Durable reports whether the type keeps durable state.

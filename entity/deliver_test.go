@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,9 +339,9 @@ func (b *bareHost) waiting(typ, id string) int {
 	if e == nil {
 		return 0
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if box := e.boxes[task.EntityKey(typ, id)]; box != nil {
+	e.sched.mu.Lock()
+	defer e.sched.mu.Unlock()
+	if box := e.sched.boxes[task.EntityKey(typ, id)]; box != nil {
 		return len(box.waiting)
 	}
 	return 0
@@ -580,52 +579,6 @@ func TestDeliverBadInput(t *testing.T) {
 	if n := s.runs.Load() - runs; n != 1 {
 		t.Fatalf("the send ran %d times", n)
 	}
-}
-
-// echo answers a call with its body.
-type echo struct{}
-
-func (echo) Handle(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil }
-func (echo) Receive(_ context.Context, m *Message) ([]byte, error)       { return m.Body, nil }
-
-// BenchmarkDeliver: local calls from 64 goroutines over 1,000 entities of
-// owned shards, round robin, through Host.Deliver (gate, turn, handler,
-// metrics).
-func BenchmarkDeliver(b *testing.B) {
-	e := newEnv(b, 16)
-	h := e.bareHost(func(h *Host) {
-		if err := h.Register("echo", func(string) (Entity, error) { return echo{}, nil }); err != nil {
-			b.Fatal(err)
-		}
-	})
-	h.ownAll()
-	const entities = 1000
-	ds := make([]Delivery, entities)
-	for i := range ds {
-		ds[i] = h.delivery("echo", fmt.Sprintf("e%d", i), `{"x":1}`)
-	}
-	ctx := context.Background()
-	for _, d := range ds { // make every instance resident
-		if _, err := h.Deliver(ctx, d); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var next atomic.Int64
-	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(next.Add(97))
-		for pb.Next() {
-			i++
-			if _, err := h.Deliver(ctx, ds[i%entities]); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
 }
 
 // TestDeliverDetached: a runner cut from etcd refuses calls once its

@@ -249,9 +249,9 @@ func TestEntitylessWakeupsStartOldestFirst(t *testing.T) {
 		if ex == nil {
 			return false
 		}
-		ex.mu.Lock()
-		defer ex.mu.Unlock()
-		return len(ex.runnable) == len(tasks)
+		ex.sched.mu.Lock()
+		defer ex.sched.mu.Unlock()
+		return len(ex.sched.runnable) == len(tasks)
 	})
 	g.open()
 	testenv.WaitFor(t, "every task to start", 60*time.Second, func() bool { return log.len() >= len(tasks)+1 })
@@ -295,9 +295,9 @@ func TestEntitylessRetryGoesBehindQueuedTasks(t *testing.T) {
 		if ex == nil {
 			return false
 		}
-		ex.mu.Lock()
-		defer ex.mu.Unlock()
-		return len(ex.runnable) == queued
+		ex.sched.mu.Lock()
+		defer ex.sched.mu.Unlock()
+		return len(ex.sched.runnable) == queued
 	})
 	g.open()
 	if got := e.final(failing.Ref(), 30*time.Second); got.Status != task.Completed || got.Attempt != 2 {

@@ -164,11 +164,16 @@
 //   - Turns with tasks: the entity's tasks and messages share its mailbox
 //     and its resident instance (OnStart on the first of either, idle
 //     passivation, LRU), and run one at a time: a message never overlaps a
-//     task or another message of its entity. A message finding the mailbox
-//     free runs at once on the caller's goroutine; otherwise it waits its
-//     turn, first come first served, with turns alternating between waiting
-//     messages and ready tasks so that neither starves. One sender's sends
-//     and calls run in the order sent.
+//     task or another message of its entity, with one exception: for a
+//     type made by Define, calls and sends of operations marked ReadOnly
+//     (Definition.IsReadOnly) share a turn, running concurrently with each
+//     other and never with a writing message or any task of the entity. A
+//     read-only message finding only readers running joins them if nothing
+//     waits and no task is ready; otherwise it waits like any message. A
+//     message finding the mailbox free runs at once on the caller's
+//     goroutine; otherwise it waits its turn, first come first served, with
+//     turns alternating between waiting messages and ready tasks so that
+//     neither starves. One sender's sends and calls run in the order sent.
 //   - Bound to the decision: messages have no S3 fence, so in every
 //     detachment mode (observe and off included) a detach cancels the
 //     running ones and refuses the others. A lost shard does the same. In
@@ -189,6 +194,26 @@
 // its instance is discarded (StopFailed), for messages and tasks alike.
 // Messages are counted in tenure_entity_messages_total{kind,outcome} and
 // timed in tenure_entity_message_duration_seconds{kind}.
+//
+// # Inside
+//
+// A shard executor (shard.go) is one ownership of a shard, put together
+// from parts that each keep one state machine, its allowed transitions
+// written next to it and enforced by the method that moves it:
+//
+//   - scheduler (scheduler.go, turn.go, mailbox.go): the due heap fed by
+//     listings and wake-ups, the entity mailboxes and their turns
+//     (turnState: free, queued, task, message, reading), the shard's
+//     slots;
+//   - pipeline (claim.go, execute.go, commit.go): one task's attempt,
+//     look and claim → execute and renew → commit (attemptStage), which
+//     the scheduler sees only as a taskRunner;
+//   - residency (resident.go, statehost.go): instances, their durable
+//     state, passivation and eviction;
+//   - messenger (deliver.go): calls and sends on top of the turns;
+//   - the lifecycle (stop.go): how the ownership ends (fate: handoff or
+//     loss) and the executor's phase (shardPhase: running, closing,
+//     stopping, stopped).
 //
 // # Failure
 //

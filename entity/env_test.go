@@ -462,6 +462,16 @@ type logSink struct {
 func newLogSink(t testing.TB) *logSink {
 	s := &logSink{}
 	t.Cleanup(func() {
+		// A refused state transition (mailbox turn, attempt stage,
+		// executor phase) is a bug, whatever the test checks.
+		s.mu.Lock()
+		refused := bytes.Contains(s.buf.Bytes(), []byte("refused a mailbox turn transition")) ||
+			bytes.Contains(s.buf.Bytes(), []byte("refused an attempt stage transition")) ||
+			bytes.Contains(s.buf.Bytes(), []byte("refused a shard executor phase transition"))
+		s.mu.Unlock()
+		if refused {
+			t.Errorf("an illegal state transition was refused (see the logs)")
+		}
 		if t.Failed() {
 			s.mu.Lock()
 			defer s.mu.Unlock()

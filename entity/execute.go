@@ -39,12 +39,74 @@ var (
 	errEnforcedStop = errors.New("entity: the runner's detachment decision detached; the attempt was claimed under enforcement and stops")
 )
 
-// attempt is one running task: its latest known object, for renewals and
-// the commit.
+// attemptStage is where a claimed attempt is in the pipeline. It moves
+// only forward, through pipeline.enter, which refuses any other move.
+type attemptStage uint8
+
+const (
+	// stageClaimed: the claim is written; the instance is being activated.
+	stageClaimed attemptStage = iota
+	// stageRunning: the handler runs; renew keeps the claim alive.
+	stageRunning
+	// stageCommitting: the handler returned (or the activation failed):
+	// conclude commits the outcome, puts the task back or leaves it.
+	stageCommitting
+	// stageDone: the worker is done with the attempt.
+	stageDone
+
+	numAttemptStages = iota
+)
+
+var attemptStageNames = [numAttemptStages]string{"claimed", "running", "committing", "done"}
+
+func (s attemptStage) String() string {
+	if int(s) < len(attemptStageNames) {
+		return attemptStageNames[s]
+	}
+	return fmt.Sprintf("attemptStage(%d)", s)
+}
+
+// attemptTransitions are the moves of an attempt's stage, and why.
+var attemptTransitions = []struct {
+	from, to attemptStage
+	why      string
+}{
+	{stageClaimed, stageRunning, "the instance is active: the handler starts"},
+	{stageClaimed, stageCommitting, "the activation failed: the attempt fails"},
+	{stageClaimed, stageDone, "the entity's state was fenced by a newer owner: the task is left to it"},
+	{stageRunning, stageCommitting, "the handler returned"},
+	{stageCommitting, stageDone, "the outcome is committed, put back or left to the next owner"},
+}
+
+var attemptMoveAllowed = func() (ok [numAttemptStages][numAttemptStages]bool) {
+	for _, t := range attemptTransitions {
+		ok[t.from][t.to] = true
+	}
+	return ok
+}()
+
+// errAttemptTransition is wrapped by every refused move of an attempt.
+var errAttemptTransition = errors.New("entity: illegal attempt stage transition")
+
+// move changes a's stage to to, refusing (changing nothing) a move that
+// attemptTransitions does not list.
+func (a *attempt) move(to attemptStage) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if int(to) >= numAttemptStages || !attemptMoveAllowed[a.stage][to] {
+		return fmt.Errorf("%w: task %s: %s → %s", errAttemptTransition, a.t.Ref(), a.stage, to)
+	}
+	a.stage = to
+	return nil
+}
+
+// attempt is one claimed task: its latest known object, for renewals and
+// the commit, and its stage.
 type attempt struct {
-	mu   sync.Mutex
-	t    *task.Task
-	etag string
+	mu    sync.Mutex
+	stage attemptStage
+	t     *task.Task
+	etag  string
 	// expires is when the claim's lease expires at the earliest, on the
 	// local clock (see localExpiry).
 	expires time.Time
@@ -106,309 +168,11 @@ type claimed struct {
 	enf     detachment.Enforcement
 }
 
-// execute runs a claimed task's handler and commits the outcome. An attempt
-// whose claim promises enforcement is bound to the detachment decision that
-// made the promise, so it stops before the lease can expire even if the
-// runner leaves enforce mode meanwhile.
-func (e *shardExec) execute(it *item, box *mailbox, c claimed) {
-	t := c.t
-	a := &attempt{t: t, etag: c.etag, expires: c.expires, pokec: make(chan struct{}, 1)}
-	key := e.taskKey(t.ID)
-	if !e.h.activate(key, a) {
-		// Cannot happen while look checks first; never run twice.
-		e.h.log.Error("task already running on this runner; leaving the claim to lapse", "task", t.Ref())
-		e.forget(it.ptr.ID)
-		return
-	}
-	defer e.h.deactivate(key, a)
-	// The span covers the activation too: a failing OnStart fails the
-	// attempt, and shows in its trace.
-	sctx, span := e.startSpan(e.ctx, t, spanExecute)
-	defer span.End()
-	a.traced = sctx
-	ent, sc, err := e.instanceFor(box, t.Type, t.Entity)
-	if errors.Is(err, ErrStateFenced) {
-		// A newer ownership fenced the entity's state: this shard is being
-		// lost. Leave the task to the successor, as a lost shard does.
-		span.AddEvent("abandoned: the entity's state was fenced by a newer owner")
-		e.h.metrics.attempt(t.Type, outcomeAbandoned)
-		e.requeue(it, e.soon(time.Second))
-		return
-	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		e.conclude(it, a, nil, err, nil)
-		return
-	}
-	hctx, cancel := context.WithCancelCause(sctx)
-	defer cancel(nil)
-	a.cancel = cancel
-	if e.h.caller != nil {
-		hctx = ContextWithCaller(hctx, e.h.caller)
-	}
-	hctx = e.withSelf(hctx, t.Type, t.Entity, t.ID)
-	var bound context.Context
-	if t.Claim != nil && t.Claim.Enforced {
-		bound = c.enf.Ctx
-		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
-		defer stop()
-	}
-	hctx = e.withAttachmentCheck(hctx, bound)
-	if t.Timeout > 0 {
-		var stop context.CancelFunc
-		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
-		defer stop()
-	}
-
-	a.started = time.Now()
-	e.mu.Lock()
-	e.inflight[t.ID] = a
-	e.mu.Unlock()
-	var renewing sync.WaitGroup
-	renewing.Add(1)
-	go func() {
-		defer renewing.Done()
-		e.renew(hctx, a)
-	}()
-	if !t.AvailableAt.After(t.CreatedAt) && t.Attempt == 1 {
-		e.h.metrics.startLatency.Observe(c.at.Now.Sub(t.CreatedAt).Seconds())
-	}
-	view := t.Clone() // the handler's own copy: renewals change a.t
-	var result json.RawMessage
-	var herr error
-	if Attached(hctx) != nil {
-		// Interrupted between the claim and the start (Attached also
-		// catches a runner whose lease ran out while the process was
-		// paused during the claim, before its timer says so): do not
-		// start. With hctx still live, it was the enforced claim's
-		// decision that ended, whose AfterFunc has not run yet: stop as
-		// it would have.
-		if hctx.Err() == nil {
-			cancel(errEnforcedStop)
-		}
-		herr = context.Cause(hctx)
-	} else {
-		result, herr = e.handleStateful(hctx, ent, sc, view)
-	}
-	e.h.metrics.attemptDuration(t.Type).Observe(time.Since(a.started).Seconds())
-	cause := context.Cause(hctx)
-	cancel(nil)
-	renewing.Wait()
-	e.mu.Lock()
-	delete(e.inflight, t.ID)
-	e.mu.Unlock()
-	e.afterTurn(box, herr)
-	if sc != nil && herr != nil {
-		// Its memory may hold changes the failed handler made and that
-		// were not written: the next turn reloads from S3.
-		e.discard(box)
-	}
-	if herr != nil {
-		span.RecordError(herr)
-		span.SetStatus(codes.Error, herr.Error())
-	}
-	e.conclude(it, a, result, herr, cause)
-}
-
-// renew extends the running task's claim every TaskLease/3 and re-reads it
-// when poked; it cancels the handler when the task is cancelled, the claim
-// lost, or the claim about to expire.
-//
-// The last is a guard on the local clock, armed for half a renewal period
-// before the claim's earliest local expiry (see attempt.expires) and pushed
-// by each renewal: it holds when S3, and with it the S3 clock, cannot be
-// reached, and while a renewal hangs, and it leaves the handler half a
-// period to stop before another runner may claim the task. Renewals come
-// every period, or sooner when the S3 clock's uncertainty leaves the guard
-// closer than two periods away (short leases).
-func (e *shardExec) renew(hctx context.Context, a *attempt) {
-	every := e.h.cfg.TaskLease / 3
-	margin := every / 2
-	guard := time.AfterFunc(time.Until(a.expiry().Add(-margin)), func() { a.cancel(errLeaseExpiring) })
-	defer guard.Stop()
-	// next is the wait before the next renewal try: a period, or half the
-	// time left before the guard fires.
-	next := func(most time.Duration) time.Duration {
-		return max(min(most, time.Until(a.expiry().Add(-margin))/2), time.Millisecond)
-	}
-	timer := time.NewTimer(next(every))
-	defer timer.Stop()
-	for {
-		poked := false
-		select {
-		case <-hctx.Done():
-			return
-		case <-timer.C:
-		case <-a.pokec:
-			poked = true
-		}
-		t, etag := a.current()
-		claim := t.Claim
-		readAt := time.Now()
-		now, err := e.h.tasks.Now(hctx)
-		if err == nil && !poked {
-			renewed := t.Clone()
-			if err = renewed.Renew(now.Earliest(), e.h.cfg.TaskLease); err == nil {
-				var newEtag string
-				if newEtag, err = e.h.tasks.Write(hctx, renewed, etag); err == nil {
-					a.set(renewed, newEtag)
-					exp := localExpiry(readAt, now, e.h.cfg.TaskLease)
-					a.setExpiry(exp)
-					guard.Reset(time.Until(exp.Add(-margin)))
-					timer.Reset(next(every))
-					continue
-				}
-			}
-		}
-		if poked || errors.Is(err, storage.ErrPrecondition) {
-			fresh, fetag, lerr := e.h.tasks.Load(hctx, e.own.Shard, t.ID)
-			switch {
-			case lerr != nil:
-				err = lerr
-			case !sameClaim(claim, fresh.Claim) || fresh.Status != task.Running:
-				a.cancel(errClaimLost)
-				return
-			default:
-				a.set(fresh, fetag)
-				if fresh.CancelRequested {
-					a.cancel(errCancelRequested)
-					return
-				}
-				if poked {
-					continue
-				}
-				// Another writer (a client's request) changed the task
-				// under our claim: renew on the new version now.
-				timer.Reset(time.Millisecond)
-				continue
-			}
-		}
-		// A failed renewal is retried every second, or sooner as the guard
-		// nears, until the guard gives up on the claim.
-		timer.Reset(next(min(every, time.Second)))
-	}
-}
-
 // localExpiry is when, on the local clock, a claim written with the S3 time
 // now (read at local time readAt) for lease expires at the earliest: the S3
 // clock may have been ahead of now.Earliest() by up to the estimate's width.
 func localExpiry(readAt time.Time, now storage.ServerTime, lease time.Duration) time.Time {
 	return readAt.Add(lease - now.Latest().Sub(now.Earliest()))
-}
-
-// instanceFor returns the instance of entity (typ, id) for a task or a
-// message holding its mailbox's turn: the mailbox's resident one (created
-// on the first task or message), or a fresh one for an entity-less task
-// (nil box).
-//
-// A stateful type's instance comes with its durable state, loaded and
-// fenced before OnStart (see activateState); a resident one whose state
-// was fenced off since is discarded and activated afresh.
-func (e *shardExec) instanceFor(box *mailbox, typ, id string) (Entity, *stateCore, error) {
-	f, ok := e.h.reg.lookup(typ)
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: %q", ErrNoHandler, typ)
-	}
-	if box == nil {
-		ent, err := newEntity(f, id)
-		return ent, nil, err
-	}
-	e.mu.Lock()
-	in := box.inst
-	e.mu.Unlock()
-	if in != nil && in.typ == typ && in.id == id {
-		if in.state == nil || in.state.stale() == nil {
-			e.h.resident.touch(in)
-			return in.ent, in.state, nil
-		}
-		e.discard(box)
-		in = nil
-	}
-	if in != nil {
-		// Two entities share the mailbox's key (a hash collision): the
-		// resident one makes room.
-		e.passivateBusy(box, in)
-	}
-	ent, err := newEntity(f, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	var sc *stateCore
-	if b, ok := ent.(binder); ok {
-		if ent, sc, err = e.activateState(b, typ, id); err != nil {
-			return nil, nil, err
-		}
-	}
-	if s, ok := ent.(Starter); ok {
-		ctx, cancel := context.WithTimeout(e.ctx, e.h.cfg.HookTimeout)
-		err := safeHook(func() error { return s.OnStart(ctx) })
-		cancel()
-		if err != nil {
-			if sc != nil {
-				sc.close(nil) // not activated: nothing of it is written
-			}
-			return nil, nil, fmt.Errorf("entity %s/%s: OnStart: %w", typ, id, err)
-		}
-	}
-	in = &instance{typ: typ, id: id, ent: ent, box: box, exec: e, state: sc}
-	e.mu.Lock()
-	box.inst = in
-	e.mu.Unlock()
-	e.h.resident.add(e.h, in)
-	return ent, sc, nil
-}
-
-// afterTurn is the end of a handler's turn for its mailbox's instance: a
-// panic (err) discards it, anything else marks it used. It reports whether
-// the handler panicked.
-func (e *shardExec) afterTurn(box *mailbox, err error) (panicked bool) {
-	var p *PanicError
-	if errors.As(err, &p) {
-		e.discard(box)
-		return true
-	}
-	if errors.Is(err, ErrStateFenced) {
-		e.discard(box) // its memory is stale
-		return false
-	}
-	if box != nil {
-		e.mu.Lock()
-		in := box.inst
-		e.mu.Unlock()
-		if in != nil {
-			e.h.resident.touch(in)
-		}
-	}
-	return false
-}
-
-// discard stops the resident instance of a mailbox whose turn its caller
-// holds (so the instance is the one that ran), after its handler
-// panicked: its state may be broken.
-func (e *shardExec) discard(box *mailbox) {
-	if box == nil {
-		return
-	}
-	e.mu.Lock()
-	in := box.inst
-	if in == nil {
-		e.mu.Unlock()
-		return
-	}
-	box.inst = nil
-	e.mu.Unlock()
-	e.h.stopInstance(context.Background(), in, StopFailed)
-}
-
-// passivateBusy stops the resident instance of a mailbox its worker holds.
-func (e *shardExec) passivateBusy(box *mailbox, in *instance) {
-	e.mu.Lock()
-	if box.inst == in {
-		box.inst = nil
-	}
-	e.mu.Unlock()
-	e.h.stopInstance(context.Background(), in, StopEvicted)
 }
 
 func newEntity(f Factory, id string) (ent Entity, err error) {
@@ -456,7 +220,7 @@ const (
 
 // startSpan starts a span of the task's attempt (spanClaim, spanExecute)
 // as a child of the submit span whose context the task carries.
-func (e *shardExec) startSpan(ctx context.Context, t *task.Task, name string) (context.Context, trace.Span) {
+func (r *shardRef) startSpan(ctx context.Context, t *task.Task, name string) (context.Context, trace.Span) {
 	if t.Trace != "" {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": t.Trace})
 	}
@@ -464,7 +228,7 @@ func (e *shardExec) startSpan(ctx context.Context, t *task.Task, name string) (c
 	if name == spanExecute {
 		kind = trace.SpanKindConsumer // the submit span is its producer
 	}
-	return e.h.tracer.Start(ctx, name,
+	return r.h.tracer.Start(ctx, name,
 		trace.WithSpanKind(kind),
 		trace.WithAttributes(
 			attribute.String("tenure.task.id", t.ID),
@@ -472,6 +236,201 @@ func (e *shardExec) startSpan(ctx context.Context, t *task.Task, name string) (c
 			attribute.String("tenure.task.entity", t.Entity),
 			attribute.String("tenure.shard", t.Shard.String()),
 			attribute.Int("tenure.task.attempt", t.Attempt),
-			attribute.Int64("tenure.shard.epoch", e.own.Epoch),
+			attribute.Int64("tenure.shard.epoch", r.own.Epoch),
 		))
+}
+
+// execute runs a claimed task's handler and commits the outcome. An attempt
+// whose claim promises enforcement is bound to the detachment decision that
+// made the promise, so it stops before the lease can expire even if the
+// runner leaves enforce mode meanwhile.
+func (p *pipeline) execute(it *item, box *mailbox, c claimed) {
+	t := c.t
+	a := &attempt{t: t, etag: c.etag, expires: c.expires, pokec: make(chan struct{}, 1)}
+	key := p.taskKey(t.ID)
+	if !p.h.activate(key, a) {
+		// Cannot happen while look checks first; never run twice.
+		p.h.log.Error("task already running on this runner; leaving the claim to lapse", "task", t.Ref())
+		p.s.forget(it.ptr.ID)
+		return
+	}
+	defer p.h.deactivate(key, a)
+	defer p.enter(a, stageDone)
+	// The span covers the activation too: a failing OnStart fails the
+	// attempt, and shows in its trace.
+	sctx, span := p.startSpan(p.ctx, t, spanExecute)
+	defer span.End()
+	a.traced = sctx
+	ent, sc, err := p.res.instanceFor(box, t.Type, t.Entity)
+	if errors.Is(err, ErrStateFenced) {
+		// A newer ownership fenced the entity's state: this shard is being
+		// lost. Leave the task to the successor, as a lost shard does.
+		span.AddEvent("abandoned: the entity's state was fenced by a newer owner")
+		p.h.metrics.attempt(t.Type, outcomeAbandoned)
+		p.s.requeue(it, p.soon(time.Second))
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		p.enter(a, stageCommitting) // the activation failed the attempt
+		p.conclude(it, a, nil, err, nil)
+		return
+	}
+	hctx, cancel := context.WithCancelCause(sctx)
+	defer cancel(nil)
+	a.cancel = cancel
+	if p.h.caller != nil {
+		hctx = ContextWithCaller(hctx, p.h.caller)
+	}
+	hctx = p.withSelf(hctx, t.Type, t.Entity, t.ID)
+	var bound context.Context
+	if t.Claim != nil && t.Claim.Enforced {
+		bound = c.enf.Ctx
+		stop := context.AfterFunc(c.enf.Ctx, func() { cancel(errEnforcedStop) })
+		defer stop()
+	}
+	hctx = p.withAttachmentCheck(hctx, bound)
+	if t.Timeout > 0 {
+		var stop context.CancelFunc
+		hctx, stop = context.WithTimeoutCause(hctx, time.Duration(t.Timeout), errTimeout)
+		defer stop()
+	}
+
+	a.started = time.Now()
+	p.enter(a, stageRunning)
+	p.s.mu.Lock()
+	p.s.inflight[t.ID] = a
+	p.s.mu.Unlock()
+	var renewing sync.WaitGroup
+	renewing.Add(1)
+	go func() {
+		defer renewing.Done()
+		p.renew(hctx, a)
+	}()
+	if !t.AvailableAt.After(t.CreatedAt) && t.Attempt == 1 {
+		p.h.metrics.startLatency.Observe(c.at.Now.Sub(t.CreatedAt).Seconds())
+	}
+	view := t.Clone() // the handler's own copy: renewals change a.t
+	var result json.RawMessage
+	var herr error
+	if Attached(hctx) != nil {
+		// Interrupted between the claim and the start (Attached also
+		// catches a runner whose lease ran out while the process was
+		// paused during the claim, before its timer says so): do not
+		// start. With hctx still live, it was the enforced claim's
+		// decision that ended, whose AfterFunc has not run yet: stop as
+		// it would have.
+		if hctx.Err() == nil {
+			cancel(errEnforcedStop)
+		}
+		herr = context.Cause(hctx)
+	} else {
+		result, herr = p.handleStateful(hctx, ent, sc, view)
+	}
+	p.h.metrics.attemptDuration(t.Type).Observe(time.Since(a.started).Seconds())
+	cause := context.Cause(hctx)
+	cancel(nil)
+	renewing.Wait()
+	p.s.mu.Lock()
+	delete(p.s.inflight, t.ID)
+	p.s.mu.Unlock()
+	p.res.afterTurn(box, herr)
+	if sc != nil && herr != nil {
+		// Its memory may hold changes the failed handler made and that
+		// were not written: the next turn reloads from S3.
+		p.res.discard(box)
+	}
+	if herr != nil {
+		span.RecordError(herr)
+		span.SetStatus(codes.Error, herr.Error())
+	}
+	p.enter(a, stageCommitting)
+	p.conclude(it, a, result, herr, cause)
+}
+
+// enter moves a to stage to; a refused move is a bug, logged.
+func (p *pipeline) enter(a *attempt, to attemptStage) {
+	if err := a.move(to); err != nil {
+		p.h.log.Error("refused an attempt stage transition", "shard", p.own.Shard.String(), "err", err)
+	}
+}
+
+// renew extends the running task's claim every TaskLease/3 and re-reads it
+// when poked; it cancels the handler when the task is cancelled, the claim
+// lost, or the claim about to expire.
+//
+// The last is a guard on the local clock, armed for half a renewal period
+// before the claim's earliest local expiry (see attempt.expires) and pushed
+// by each renewal: it holds when S3, and with it the S3 clock, cannot be
+// reached, and while a renewal hangs, and it leaves the handler half a
+// period to stop before another runner may claim the task. Renewals come
+// every period, or sooner when the S3 clock's uncertainty leaves the guard
+// closer than two periods away (short leases).
+func (p *pipeline) renew(hctx context.Context, a *attempt) {
+	every := p.h.cfg.TaskLease / 3
+	margin := every / 2
+	guard := time.AfterFunc(time.Until(a.expiry().Add(-margin)), func() { a.cancel(errLeaseExpiring) })
+	defer guard.Stop()
+	// next is the wait before the next renewal try: a period, or half the
+	// time left before the guard fires.
+	next := func(most time.Duration) time.Duration {
+		return max(min(most, time.Until(a.expiry().Add(-margin))/2), time.Millisecond)
+	}
+	timer := time.NewTimer(next(every))
+	defer timer.Stop()
+	for {
+		poked := false
+		select {
+		case <-hctx.Done():
+			return
+		case <-timer.C:
+		case <-a.pokec:
+			poked = true
+		}
+		t, etag := a.current()
+		claim := t.Claim
+		readAt := time.Now()
+		now, err := p.h.tasks.Now(hctx)
+		if err == nil && !poked {
+			renewed := t.Clone()
+			if err = renewed.Renew(now.Earliest(), p.h.cfg.TaskLease); err == nil {
+				var newEtag string
+				if newEtag, err = p.h.tasks.Write(hctx, renewed, etag); err == nil {
+					a.set(renewed, newEtag)
+					exp := localExpiry(readAt, now, p.h.cfg.TaskLease)
+					a.setExpiry(exp)
+					guard.Reset(time.Until(exp.Add(-margin)))
+					timer.Reset(next(every))
+					continue
+				}
+			}
+		}
+		if poked || errors.Is(err, storage.ErrPrecondition) {
+			fresh, fetag, lerr := p.h.tasks.Load(hctx, p.own.Shard, t.ID)
+			switch {
+			case lerr != nil:
+				err = lerr
+			case !sameClaim(claim, fresh.Claim) || fresh.Status != task.Running:
+				a.cancel(errClaimLost)
+				return
+			default:
+				a.set(fresh, fetag)
+				if fresh.CancelRequested {
+					a.cancel(errCancelRequested)
+					return
+				}
+				if poked {
+					continue
+				}
+				// Another writer (a client's request) changed the task
+				// under our claim: renew on the new version now.
+				timer.Reset(time.Millisecond)
+				continue
+			}
+		}
+		// A failed renewal is retried every second, or sooner as the guard
+		// nears, until the guard gives up on the claim.
+		timer.Reset(next(min(every, time.Second)))
+	}
 }

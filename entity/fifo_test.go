@@ -43,9 +43,9 @@ func TestYoungOrphanStartsWithoutReconciliation(t *testing.T) {
 		n.host.mu.Lock()
 		defer n.host.mu.Unlock()
 		for _, ex := range n.host.shards {
-			ex.mu.Lock()
-			k := len(ex.orphans)
-			ex.mu.Unlock()
+			ex.sched.mu.Lock()
+			k := len(ex.sched.orphans)
+			ex.sched.mu.Unlock()
 			if k > 0 {
 				return true
 			}

@@ -51,7 +51,7 @@ type Host struct {
 
 	mu      sync.Mutex
 	shards  map[storage.ShardID]*shardExec
-	waiting map[*shardExec]struct{} // executors waiting for a runner slot
+	waiting map[*scheduler]struct{} // schedulers waiting for a runner slot
 	lease   int64                   // the runner lease of the latest ownership
 	closed  bool
 	// active holds the attempts whose handler or commit is under way, by
@@ -142,7 +142,7 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 		smetrics:   newSingletonMetrics(o.registry),
 		rmetrics:   newReminderMetrics(o.registry),
 		shards:     map[storage.ShardID]*shardExec{},
-		waiting:    map[*shardExec]struct{}{},
+		waiting:    map[*scheduler]struct{}{},
 		active:     map[string]*attempt{},
 		execs:      map[*shardExec]struct{}{},
 		work:       lifecycle.New(context.Background(), "entity host "+runnerID),
@@ -215,10 +215,10 @@ func (h *Host) ShardReleasing(ctx context.Context, o sharding.Ownership) {
 	if e == nil {
 		return
 	}
-	e.decide(ctx, true)
+	e.fate.decide(ctx, true)
 	if !e.waitStopped(ctx, string(sharding.LossReleased)) {
 		// The lock goes now: messages still running must stop.
-		e.cancelCalls(fmt.Errorf("shard %s released before its running messages finished (the handoff wait ended: %v)", o.Shard, context.Cause(ctx)))
+		e.msgs.cancelCalls(fmt.Errorf("shard %s released before its running messages finished (the handoff wait ended: %v)", o.Shard, context.Cause(ctx)))
 	}
 	h.routes.CompareAndDelete(o.Shard, e)
 }
@@ -234,7 +234,7 @@ func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
 	}
 	h.log.Debug("shard lost; abandoning its tasks to takeover", "shard", o.Shard.String(), "reason", reason)
 	h.routes.CompareAndDelete(o.Shard, e)
-	e.decide(nil, false)
+	e.fate.decide(nil, false)
 	name := fmt.Sprintf("shard %s (epoch %d) winding down", o.Shard, o.Epoch)
 	if err := h.work.Go(name, func(context.Context) { e.awaitInterrupt(string(reason)) }); err != nil {
 		e.awaitInterrupt(string(reason)) // the host is closing: wind down here
@@ -306,7 +306,7 @@ func (h *Host) take(o sharding.Ownership) *shardExec {
 		return nil
 	}
 	delete(h.shards, o.Shard)
-	delete(h.waiting, e)
+	delete(h.waiting, &e.sched)
 	return e
 }
 
@@ -328,7 +328,7 @@ func (h *Host) Close(ctx context.Context) error {
 	clear(h.shards)
 	h.mu.Unlock()
 	for _, e := range execs {
-		e.decide(nil, false)
+		e.fate.decide(nil, false)
 	}
 	h.work.Cancel(errHostClosed) // the janitor
 	if err := h.work.Stop(ctx); err != nil {
@@ -341,21 +341,21 @@ func (h *Host) Close(ctx context.Context) error {
 var errHostClosed = errors.New("entity: host closed")
 
 // acquireSlot takes a runner-wide handler slot without blocking; on failure
-// e is remembered and kicked when a slot frees.
-func (h *Host) acquireSlot(e *shardExec) bool {
+// s is remembered and kicked when a slot frees.
+func (h *Host) acquireSlot(s *scheduler) bool {
 	select {
 	case h.slots <- struct{}{}:
 		return true
 	default:
 	}
 	h.mu.Lock()
-	h.waiting[e] = struct{}{}
+	h.waiting[s] = struct{}{}
 	h.mu.Unlock()
 	// A slot may have freed between the try and the registration.
 	select {
 	case h.slots <- struct{}{}:
 		h.mu.Lock()
-		delete(h.waiting, e)
+		delete(h.waiting, s)
 		h.mu.Unlock()
 		return true
 	default:
@@ -366,14 +366,14 @@ func (h *Host) acquireSlot(e *shardExec) bool {
 func (h *Host) releaseSlot() {
 	<-h.slots
 	h.mu.Lock()
-	waiting := make([]*shardExec, 0, len(h.waiting))
-	for e := range h.waiting {
-		waiting = append(waiting, e)
+	waiting := make([]*scheduler, 0, len(h.waiting))
+	for s := range h.waiting {
+		waiting = append(waiting, s)
 	}
 	clear(h.waiting)
 	h.mu.Unlock()
-	for _, e := range waiting {
-		e.kick()
+	for _, s := range waiting {
+		s.kick()
 	}
 }
 

@@ -72,8 +72,14 @@ var typeName = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,128}$`)
 // registry holds the registered types; it is read far more than written.
 type registry struct {
 	mu    sync.RWMutex
-	types map[string]Factory
-	defs  map[string]*Definition // the types made by Define
+	types map[string]regType
+}
+
+// regType is a registered type: its factory, and its Definition if Define
+// made it (nil otherwise).
+type regType struct {
+	f   Factory
+	def *Definition
 }
 
 // define registers a type made by Define.
@@ -84,42 +90,36 @@ func (r *registry) define(d *Definition) error {
 	if d.defErr != nil {
 		return d.defErr
 	}
-	if err := r.register(d.name, d.factory()); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.defs == nil {
-		r.defs = map[string]*Definition{}
-	}
-	r.defs[d.name] = d
-	return nil
+	return r.add(d.name, regType{f: d.factory(), def: d})
 }
 
 // definition returns the Definition of typ if Define made it.
 func (r *registry) definition(typ string) (*Definition, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	d, ok := r.defs[typ]
-	return d, ok
+	rt, ok := r.entry(typ)
+	return rt.def, ok && rt.def != nil
 }
 
 func (r *registry) register(typ string, f Factory) error {
-	if !typeName.MatchString(typ) {
-		return fmt.Errorf("%w: task type %q must match %s", ErrInvalidConfig, typ, typeName)
-	}
 	if f == nil {
 		return fmt.Errorf("%w: task type %q: nil factory", ErrInvalidConfig, typ)
+	}
+	return r.add(typ, regType{f: f})
+}
+
+// add registers rt as typ, once.
+func (r *registry) add(typ string, rt regType) error {
+	if !typeName.MatchString(typ) {
+		return fmt.Errorf("%w: task type %q must match %s", ErrInvalidConfig, typ, typeName)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.types == nil {
-		r.types = map[string]Factory{}
+		r.types = map[string]regType{}
 	}
 	if _, dup := r.types[typ]; dup {
 		return fmt.Errorf("%w: task type %q registered twice", ErrInvalidConfig, typ)
 	}
-	r.types[typ] = f
+	r.types[typ] = rt
 	return nil
 }
 
@@ -133,22 +133,28 @@ func (r *registry) registerFunc(typ string, fn HandlerFunc) error {
 
 // clone returns a registry holding r's types; nil r gives an empty one.
 func (r *registry) clone() *registry {
-	c := &registry{types: map[string]Factory{}, defs: map[string]*Definition{}}
+	c := &registry{types: map[string]regType{}}
 	if r == nil {
 		return c
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	maps.Copy(c.types, r.types)
-	maps.Copy(c.defs, r.defs)
 	return c
 }
 
 func (r *registry) lookup(typ string) (Factory, bool) {
+	rt, ok := r.entry(typ)
+	return rt.f, ok
+}
+
+// entry returns the registered type typ: its factory and its Definition,
+// under one read lock (Deliver's path).
+func (r *registry) entry(typ string) (regType, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	f, ok := r.types[typ]
-	return f, ok
+	rt, ok := r.types[typ]
+	return rt, ok
 }
 
 func (r *registry) names() []string {

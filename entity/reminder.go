@@ -55,31 +55,10 @@ type selfKey struct{}
 
 // self is the entity a handler runs for: reminders are addressed to it.
 type self struct {
-	e        *shardExec
+	e        *shardRef
 	typ, id  string
 	taskID   string // the running task's id, "" for a message
 	reminder string // the reminder's name when the task is one
-}
-
-// withSelf returns ctx naming the entity (typ, id) and the task taskID
-// ("" for a message) a handler of e runs.
-func (e *shardExec) withSelf(ctx context.Context, typ, id, taskID string) context.Context {
-	if id == "" {
-		return ctx
-	}
-	s := e.self(typ, id, taskID)
-	if s.reminder != "" {
-		e.h.rmetrics.events[reminderFired].Inc()
-	}
-	return context.WithValue(ctx, selfKey{}, s)
-}
-
-func (e *shardExec) self(typ, id, taskID string) *self {
-	s := &self{e: e, typ: typ, id: id, taskID: taskID}
-	if name, ok := parseReminderID(taskID, typ, id); ok {
-		s.reminder = name
-	}
-	return s
 }
 
 func selfFrom(ctx context.Context) (*self, error) {
@@ -267,4 +246,25 @@ func newReminderMetrics(reg prometheus.Registerer) *reminderMetrics {
 		m.events[ev] = v.WithLabelValues(ev)
 	}
 	return m
+}
+
+// withSelf returns ctx naming the entity (typ, id) and the task taskID
+// ("" for a message) a handler of e runs.
+func (r *shardRef) withSelf(ctx context.Context, typ, id, taskID string) context.Context {
+	if id == "" {
+		return ctx
+	}
+	s := r.self(typ, id, taskID)
+	if s.reminder != "" {
+		r.h.rmetrics.events[reminderFired].Inc()
+	}
+	return context.WithValue(ctx, selfKey{}, s)
+}
+
+func (r *shardRef) self(typ, id, taskID string) *self {
+	s := &self{e: r, typ: typ, id: id, taskID: taskID}
+	if name, ok := parseReminderID(taskID, typ, id); ok {
+		s.reminder = name
+	}
+	return s
 }

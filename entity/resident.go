@@ -3,9 +3,23 @@ package entity
 import (
 	"container/list"
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
+
+// residency keeps a shard's resident entities: the instance in each
+// mailbox (activated on the first task or message of its entity, with
+// its durable state), touched in the runner-wide LRU after each turn, and
+// stopped when idle, evicted, broken (a panic, a fenced state) or when
+// the ownership ends. An instance is used only by whoever holds its
+// mailbox's turn (several readers in a reading turn), and replaced or
+// stopped only by a sole holder or when no one holds it (passivate).
+type residency struct {
+	shardRef
+	s *scheduler // its mu guards mailbox.inst
+}
 
 // instance is one resident entity: the Entity a factory made for (typ, id),
 // living in the mailbox of its entity key on one shard executor.
@@ -13,7 +27,7 @@ type instance struct {
 	typ, id  string
 	ent      Entity
 	box      *mailbox
-	exec     *shardExec
+	res      *residency
 	state    *stateCore    // nil unless the type is stateful
 	elem     *list.Element // in residents.lru; guarded by residents.mu
 	lastUsed time.Time     // guarded by residents.mu
@@ -48,7 +62,7 @@ func (r *residents) add(h *Host, in *instance) {
 		if r.len() <= h.cfg.MaxResident {
 			break
 		}
-		v.exec.passivate(v, StopEvicted)
+		v.res.passivate(v, StopEvicted)
 	}
 }
 
@@ -91,7 +105,7 @@ func (r *residents) passivateIdle(h *Host, before time.Time) {
 	}
 	r.mu.Unlock()
 	for _, in := range idle {
-		in.exec.passivate(in, StopIdle)
+		in.res.passivate(in, StopIdle)
 	}
 }
 
@@ -120,4 +134,166 @@ func (h *Host) stopInstance(ctx context.Context, in *instance, reason StopReason
 		}
 		in.state.close(ctx)
 	}
+}
+
+// instanceFor returns the instance of entity (typ, id) for a task or a
+// message holding its mailbox's turn: the mailbox's resident one (created
+// on the first task or message), or a fresh one for an entity-less task
+// (nil box).
+//
+// A stateful type's instance comes with its durable state, loaded and
+// fenced before OnStart (see activateState); a resident one whose state
+// was fenced off since is discarded and activated afresh.
+func (r *residency) instanceFor(box *mailbox, typ, id string) (Entity, *stateCore, error) {
+	f, ok := r.h.reg.lookup(typ)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %q", ErrNoHandler, typ)
+	}
+	if box == nil {
+		ent, err := newEntity(f, id)
+		return ent, nil, err
+	}
+	r.s.mu.Lock()
+	in := box.inst
+	r.s.mu.Unlock()
+	if in != nil && in.typ == typ && in.id == id {
+		if in.state == nil || in.state.stale() == nil {
+			r.h.resident.touch(in)
+			return in.ent, in.state, nil
+		}
+		r.discard(box)
+		in = nil
+	}
+	if in != nil {
+		// Two entities share the mailbox's key (a hash collision): the
+		// resident one makes room.
+		r.passivateBusy(box, in)
+	}
+	ent, err := newEntity(f, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	var sc *stateCore
+	if b, ok := ent.(binder); ok {
+		if ent, sc, err = r.activateState(b, typ, id); err != nil {
+			return nil, nil, err
+		}
+	}
+	if s, ok := ent.(Starter); ok {
+		ctx, cancel := context.WithTimeout(r.ctx, r.h.cfg.HookTimeout)
+		err := safeHook(func() error { return s.OnStart(ctx) })
+		cancel()
+		if err != nil {
+			if sc != nil {
+				sc.close(nil) // not activated: nothing of it is written
+			}
+			return nil, nil, fmt.Errorf("entity %s/%s: OnStart: %w", typ, id, err)
+		}
+	}
+	in = &instance{typ: typ, id: id, ent: ent, box: box, res: r, state: sc}
+	r.s.mu.Lock()
+	box.inst = in
+	r.s.mu.Unlock()
+	r.h.resident.add(r.h, in)
+	return ent, sc, nil
+}
+
+// afterTurn is the end of a handler's turn for its mailbox's instance: a
+// panic (err) discards it, anything else marks it used. It reports whether
+// the handler panicked.
+func (r *residency) afterTurn(box *mailbox, err error) (panicked bool) {
+	var p *PanicError
+	if errors.As(err, &p) {
+		r.discard(box)
+		return true
+	}
+	if errors.Is(err, ErrStateFenced) {
+		r.discard(box) // its memory is stale
+		return false
+	}
+	if box != nil {
+		r.s.mu.Lock()
+		in := box.inst
+		r.s.mu.Unlock()
+		if in != nil {
+			r.h.resident.touch(in)
+		}
+	}
+	return false
+}
+
+// discard stops the resident instance of a mailbox whose turn its caller
+// holds (so the instance is the one that ran), after its handler
+// panicked: its state may be broken.
+func (r *residency) discard(box *mailbox) {
+	if box == nil {
+		return
+	}
+	r.s.mu.Lock()
+	in := box.inst
+	if in == nil {
+		r.s.mu.Unlock()
+		return
+	}
+	box.inst = nil
+	r.s.mu.Unlock()
+	r.h.stopInstance(context.Background(), in, StopFailed)
+}
+
+// passivateBusy stops the resident instance of a mailbox its worker holds.
+func (r *residency) passivateBusy(box *mailbox, in *instance) {
+	r.s.mu.Lock()
+	if box.inst == in {
+		box.inst = nil
+	}
+	r.s.mu.Unlock()
+	r.h.stopInstance(context.Background(), in, StopEvicted)
+}
+
+// passivate stops an idle instance of this shard.
+func (r *residency) passivate(in *instance, reason StopReason) {
+	r.s.mu.Lock()
+	box := in.box
+	if box.turn.busy() || box.inst != in {
+		r.s.mu.Unlock()
+		return
+	}
+	box.inst = nil
+	r.s.dropIfIdleLocked(box)
+	r.s.mu.Unlock()
+	r.h.stopInstance(context.Background(), in, reason)
+}
+
+// stopAll stops every instance of the shard once its workers are done,
+// with reason, running the OnStop hooks under ctx, and drops the mailboxes
+// and the due heap.
+func (r *residency) stopAll(ctx context.Context, reason StopReason) {
+	r.s.mu.Lock()
+	var insts []*instance
+	for _, box := range r.s.boxes {
+		if box.inst != nil {
+			insts = append(insts, box.inst)
+			box.inst = nil
+		}
+	}
+	clear(r.s.boxes)
+	n := r.s.queue.Len()
+	r.s.queue = nil
+	r.s.mu.Unlock()
+	r.h.metrics.queued.Sub(float64(n))
+	// A shard may hold thousands of resident entities, and a planned
+	// release waits for their hooks within the interrupt timeout: run them
+	// side by side, a bounded number at a time.
+	sem := make(chan struct{}, stopHookConcurrency)
+	var wg sync.WaitGroup
+	for _, in := range insts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r.h.stopInstance(ctx, in, reason)
+		}()
+	}
+	wg.Wait()
 }

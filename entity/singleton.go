@@ -172,9 +172,9 @@ func (h *Host) Singletons() []SingletonStatus {
 	h.mu.Lock()
 	var sups []*supervisor
 	for _, e := range h.shards {
-		e.mu.Lock()
+		e.sched.mu.Lock()
 		sups = append(sups, e.singletons...)
-		e.mu.Unlock()
+		e.sched.mu.Unlock()
 	}
 	h.mu.Unlock()
 	out := make([]SingletonStatus, 0, len(sups))
@@ -217,12 +217,12 @@ func (e *shardExec) startSingletons() {
 			continue
 		}
 		s := &supervisor{e: e, typ: typ, f: e.h.single.factory(typ)}
-		e.mu.Lock()
+		e.sched.mu.Lock()
 		e.singletons = append(e.singletons, s)
-		e.mu.Unlock()
-		e.workers.Add(1)
+		e.sched.mu.Unlock()
+		e.sched.workers.Add(1)
 		go func() {
-			defer e.workers.Done()
+			defer e.sched.workers.Done()
 			s.supervise()
 		}()
 	}
@@ -234,7 +234,7 @@ func (s *supervisor) supervise() {
 	e := s.e
 	backoff := singletonBackoffMin
 	for e.ctx.Err() == nil {
-		dctx := e.decision()
+		dctx := e.msgs.decision()
 		if dctx != nil && dctx.Err() != nil {
 			// Detached with the ownership live (observe or off mode):
 			// wait for a new decision.

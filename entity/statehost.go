@@ -37,7 +37,7 @@ const (
 // stateCore is one resident instance's durable state as the host sees it:
 // the version last read or written, and what is waiting to be written.
 type stateCore struct {
-	e       *shardExec
+	e       *shardRef
 	typ, id string
 	key     string
 	behind  time.Duration // WriteBehind; 0: write on Save
@@ -70,45 +70,6 @@ type stateCore struct {
 	timer      *time.Timer
 	timerDone  chan struct{}
 	closed     bool
-}
-
-// activateState loads and fences the state of (typ, id) for this ownership
-// and binds it to a new instance from b. A newer stored epoch is an
-// ErrStateFenced (the shard is being lost), a corrupt object an
-// ErrStateCorrupt naming the key.
-func (e *shardExec) activateState(b binder, typ, id string) (Entity, *stateCore, error) {
-	m := e.h.metrics
-	ctx, cancel := context.WithTimeout(e.ctx, e.h.cfg.HookTimeout)
-	defer cancel()
-	start := time.Now()
-	env, etag, err := e.h.states.Fence(ctx, e.own.Shard, typ, id, e.own.Epoch, e.h.runnerID)
-	m.stateLoadDur.Observe(time.Since(start).Seconds())
-	switch {
-	case errors.Is(err, state.ErrCorrupt):
-		m.stateLoads[stateCorrupt].Inc()
-		e.h.log.Error("entity state is corrupt; the entity is not activated", "type", typ, "entity", id, "err", err)
-		return nil, nil, fmt.Errorf("entity %s/%s: %w", typ, id, err)
-	case errors.Is(err, state.ErrFenced):
-		m.stateLoads[stateFenced].Inc()
-		return nil, nil, fmt.Errorf("entity %s/%s: %w", typ, id, err)
-	case err != nil:
-		m.stateLoads[stateError].Inc()
-		return nil, nil, fmt.Errorf("entity %s/%s: load state: %w", typ, id, err)
-	case env.HasState():
-		m.stateLoads[stateOK].Inc()
-	default:
-		m.stateLoads[stateAbsent].Inc()
-	}
-	c := &stateCore{e: e, typ: typ, id: id, key: state.Key(e.own.Shard, typ, id),
-		behind: b.options().writeBehind, env: env, etag: etag}
-	ent, err := b.bind(c)
-	if err != nil {
-		if errors.Is(err, state.ErrCorrupt) {
-			m.stateLoads[stateCorrupt].Inc()
-		}
-		return nil, nil, fmt.Errorf("entity %s/%s: %w", typ, id, err)
-	}
-	return ent, c, nil
 }
 
 // loaded is the stored state, nil when none.
@@ -318,17 +279,56 @@ func (c *stateCore) close(ctx context.Context) {
 	}
 }
 
+// activateState loads and fences the state of (typ, id) for this ownership
+// and binds it to a new instance from b. A newer stored epoch is an
+// ErrStateFenced (the shard is being lost), a corrupt object an
+// ErrStateCorrupt naming the key.
+func (r *residency) activateState(b binder, typ, id string) (Entity, *stateCore, error) {
+	m := r.h.metrics
+	ctx, cancel := context.WithTimeout(r.ctx, r.h.cfg.HookTimeout)
+	defer cancel()
+	start := time.Now()
+	env, etag, err := r.h.states.Fence(ctx, r.own.Shard, typ, id, r.own.Epoch, r.h.runnerID)
+	m.stateLoadDur.Observe(time.Since(start).Seconds())
+	switch {
+	case errors.Is(err, state.ErrCorrupt):
+		m.stateLoads[stateCorrupt].Inc()
+		r.h.log.Error("entity state is corrupt; the entity is not activated", "type", typ, "entity", id, "err", err)
+		return nil, nil, fmt.Errorf("entity %s/%s: %w", typ, id, err)
+	case errors.Is(err, state.ErrFenced):
+		m.stateLoads[stateFenced].Inc()
+		return nil, nil, fmt.Errorf("entity %s/%s: %w", typ, id, err)
+	case err != nil:
+		m.stateLoads[stateError].Inc()
+		return nil, nil, fmt.Errorf("entity %s/%s: load state: %w", typ, id, err)
+	case env.HasState():
+		m.stateLoads[stateOK].Inc()
+	default:
+		m.stateLoads[stateAbsent].Inc()
+	}
+	c := &stateCore{e: &r.shardRef, typ: typ, id: id, key: state.Key(r.own.Shard, typ, id),
+		behind: b.options().writeBehind, env: env, etag: etag}
+	ent, err := b.bind(c)
+	if err != nil {
+		if errors.Is(err, state.ErrCorrupt) {
+			m.stateLoads[stateCorrupt].Inc()
+		}
+		return nil, nil, fmt.Errorf("entity %s/%s: %w", typ, id, err)
+	}
+	return ent, c, nil
+}
+
 // handleStateful runs a task's handler on ent. For a stateful entity (sc
 // not nil) a task whose effect the stored state already contains is not
 // run again: it completes with the recorded result. Otherwise the state
 // the handler saved is written, with the task's id and result, when it
 // returns successfully, before the caller commits the completion.
-func (e *shardExec) handleStateful(ctx context.Context, ent Entity, sc *stateCore, t *task.Task) (json.RawMessage, error) {
+func (p *pipeline) handleStateful(ctx context.Context, ent Entity, sc *stateCore, t *task.Task) (json.RawMessage, error) {
 	if sc == nil {
 		return safeHandle(ctx, ent, t)
 	}
 	if result, ok := sc.applied(t.ID); ok {
-		e.h.log.Info("task already applied to the entity's state; completing it with the recorded result",
+		p.h.log.Info("task already applied to the entity's state; completing it with the recorded result",
 			"task", t.Ref(), "type", t.Type, "entity", t.Entity)
 		return result, nil
 	}
@@ -338,13 +338,13 @@ func (e *shardExec) handleStateful(ctx context.Context, ent Entity, sc *stateCor
 		sc.dropTask()
 		return nil, err
 	}
-	wctx := e.ctx
+	wctx := p.ctx
 	if wctx.Err() != nil {
 		// A planned release writes under the handoff context, while the
 		// lock is held; after a loss the successor reruns the task.
-		if wctx = e.awaitFate(); wctx == nil {
+		if wctx = p.fate.await(); wctx == nil {
 			sc.dropTask()
-			return nil, fmt.Errorf("entity %s/%s: state not written: %w", t.Type, t.Entity, context.Cause(e.ctx))
+			return nil, fmt.Errorf("entity %s/%s: state not written: %w", t.Type, t.Entity, context.Cause(p.ctx))
 		}
 	}
 	if err := sc.endTask(wctx, t.ID, result); err != nil {

@@ -2,24 +2,121 @@ package entity
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
 
 // How a shard executor's ownership ends: the manager says whether by a
-// handoff or a loss (decide, awaitFate), the handlers get the interrupt
-// timeout to return (awaitInterrupt, reportOverruns), and the shard's
-// entities are stopped (stopEntities).
+// handoff or a loss (fate), the loop stops taking work and the workers
+// finish (shardPhase), the handlers get the interrupt timeout to return
+// (awaitInterrupt, reportOverruns), and the shard's entities are stopped
+// (residency.stopAll).
+
+// shardPhase is where an ownership's executor is in its life. It moves
+// only forward, through enter, which refuses any other move.
+type shardPhase uint8
+
+const (
+	// phaseRunning: the loop takes work; messages are admitted.
+	phaseRunning shardPhase = iota
+	// phaseClosing: the ownership has ended and the loop has returned:
+	// nothing is admitted any more, and the executor waits for its
+	// workers (handlers, commits, messages, sweep, singletons).
+	phaseClosing
+	// phaseStopping: every worker has returned; the entities' OnStop
+	// hooks run (under the handoff context in a planned release).
+	phaseStopping
+	// phaseStopped: everything the ownership started has returned;
+	// stopped is closed.
+	phaseStopped
+
+	numShardPhases = iota
+)
+
+var shardPhaseNames = [numShardPhases]string{"running", "closing", "stopping", "stopped"}
+
+func (p shardPhase) String() string {
+	if int(p) < len(shardPhaseNames) {
+		return shardPhaseNames[p]
+	}
+	return fmt.Sprintf("shardPhase(%d)", p)
+}
+
+// shardPhaseTransitions are the moves of an executor's phase, and why.
+var shardPhaseTransitions = []struct {
+	from, to shardPhase
+	why      string
+}{
+	{phaseRunning, phaseClosing, "the ownership ended: the loop returned"},
+	{phaseClosing, phaseStopping, "every worker returned"},
+	{phaseStopping, phaseStopped, "the entities' OnStop hooks returned"},
+}
+
+var shardPhaseAllowed = func() (ok [numShardPhases][numShardPhases]bool) {
+	for _, t := range shardPhaseTransitions {
+		ok[t.from][t.to] = true
+	}
+	return ok
+}()
+
+// errPhaseTransition is wrapped by every refused move of a phase.
+var errPhaseTransition = errors.New("entity: illegal shard executor phase transition")
+
+// enter moves the executor to phase to, refusing (changing nothing) a
+// move shardPhaseTransitions does not list. Entering phaseStopped closes
+// stopped.
+func (e *shardExec) enter(to shardPhase) error {
+	e.sched.mu.Lock()
+	from := e.sched.phase
+	if int(to) >= numShardPhases || !shardPhaseAllowed[from][to] {
+		e.sched.mu.Unlock()
+		err := fmt.Errorf("%w: shard %s: %s → %s", errPhaseTransition, e.own.Shard, from, to)
+		e.h.log.Error("refused a shard executor phase transition", "err", err)
+		return err
+	}
+	e.sched.phase = to
+	e.sched.mu.Unlock()
+	if to == phaseStopped {
+		close(e.stopped)
+	}
+	return nil
+}
+
+// fate is how an ownership ends, as the manager says: undecided until
+// decide, then a handoff (ctx live while the lock is still held) or a
+// loss. It is decided once; a later decide changes nothing.
+type fate struct {
+	decided chan struct{} // closed once decided
+	once    sync.Once
+	handoff context.Context // the handoff's context; nil: a loss
+	wait    time.Duration   // how long await waits for the decision
+}
 
 // decide records how the ownership ends, once: a handoff (ctx live while
 // the lock is held) or a loss (nil ctx).
-func (e *shardExec) decide(ctx context.Context, handoff bool) {
-	e.fateOnce.Do(func() {
+func (f *fate) decide(ctx context.Context, handoff bool) {
+	f.once.Do(func() {
 		if handoff {
-			e.handoffCtx = ctx
+			f.handoff = ctx
 		}
-		close(e.fate)
+		close(f.decided)
 	})
+}
+
+// await waits for the manager's decision on how the ownership ends, which
+// comes right after the ownership context is cancelled: the handoff
+// context, or nil for a loss (or no decision in time).
+func (f *fate) await() (handoff context.Context) {
+	t := time.NewTimer(f.wait)
+	defer t.Stop()
+	select {
+	case <-f.decided:
+		return f.handoff
+	case <-t.C:
+		return nil
+	}
 }
 
 // waitStopped waits, up to ctx, for everything the ownership started to
@@ -52,21 +149,21 @@ func (e *shardExec) awaitInterrupt(why string) {
 // reportOverruns counts and names the handlers still running after the
 // wait that followed an interruption: they ignore their context.
 func (e *shardExec) reportOverruns(why string) {
-	e.mu.Lock()
+	e.sched.mu.Lock()
 	type overrun struct {
 		ref, typ string
 		running  time.Duration
 	}
 	var list []overrun
-	for _, a := range e.inflight {
+	for _, a := range e.sched.inflight {
 		t, _ := a.current()
 		list = append(list, overrun{t.Ref(), t.Type, time.Since(a.started)})
 	}
-	for c := e.calls.head; c != nil; c = c.next {
+	for c := e.sched.calls.head; c != nil; c = c.next {
 		ref := "message " + c.msg.Type + "/" + c.msg.ID
 		list = append(list, overrun{ref, c.msg.Type, time.Since(c.started)})
 	}
-	e.mu.Unlock()
+	e.sched.mu.Unlock()
 	// Named before counted: whoever sees the count (an alert) finds the
 	// names in the log.
 	for _, o := range list {
@@ -78,54 +175,5 @@ func (e *shardExec) reportOverruns(why string) {
 	e.h.metrics.stuck.Add(float64(len(list)))
 }
 
-// stopEntities stops every instance of the shard once its workers are
-// done. In a planned release the hooks run under the handoff context, while
-// the lock is still held: the successor sees what they wrote.
-func (e *shardExec) stopEntities() {
-	reason, ctx := StopShardLost, context.Background()
-	if hctx := e.awaitFate(); hctx != nil {
-		reason, ctx = StopShardReleased, hctx
-	}
-	e.mu.Lock()
-	var insts []*instance
-	for _, box := range e.boxes {
-		if box.inst != nil {
-			insts = append(insts, box.inst)
-			box.inst = nil
-		}
-	}
-	clear(e.boxes)
-	n := e.queue.Len()
-	e.queue = nil
-	e.mu.Unlock()
-	e.h.metrics.queued.Sub(float64(n))
-	// A shard may hold thousands of resident entities, and a planned
-	// release waits for their hooks within the interrupt timeout: run them
-	// side by side, a bounded number at a time.
-	sem := make(chan struct{}, stopHookConcurrency)
-	var wg sync.WaitGroup
-	for _, in := range insts {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			e.h.stopInstance(ctx, in, reason)
-		}()
-	}
-	wg.Wait()
-}
-
 // stopHookConcurrency bounds the OnStop hooks of one shard running at once.
 const stopHookConcurrency = 32
-
-// awaitFate waits for the manager's decision on how the ownership ends,
-// which comes right after the ownership context is cancelled.
-func (e *shardExec) awaitFate() (handoff context.Context) {
-	select {
-	case <-e.fate:
-		return e.handoffCtx
-	case <-time.After(e.h.cfg.HookTimeout):
-		return nil
-	}
-}

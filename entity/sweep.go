@@ -34,7 +34,7 @@ const (
 // Deleting is safe whoever does it (tenure task purge runs the same rule
 // without any ownership): ownership only makes one runner sweep a shard.
 func (e *shardExec) sweep() {
-	defer e.workers.Done()
+	defer e.sched.workers.Done()
 	interval := e.h.cfg.sweepInterval()
 	memo := task.NewPurgeMemo(0)
 	cursor := ""
