@@ -379,6 +379,7 @@ func (p *pipeline) decidePending(s *seen) verdict {
 		// Left pending for a runner that knows the type; looked at
 		// again at the next reconciliation.
 		p.h.metrics.unhandledType(t.Type)
+		p.h.unhandled.Store(t.Type, time.Now())
 		p.h.log.Warn("no handler for task type; leaving the task pending", "task", t.Ref(), "type", t.Type)
 		return verdict{do: actForget}
 	}

@@ -287,6 +287,13 @@ func (d *Definition) Name() string { return d.name }
 // Ops lists the operations' names, sorted.
 func (d *Definition) Ops() []string { return slices.Clone(d.names) }
 
+// HasOp reports whether op names an operation of the type (without
+// regard to case; "" names the default, if the type has one).
+func (d *Definition) HasOp(op string) bool {
+	_, ok := d.lookup(op)
+	return ok
+}
+
 // IsReadOnly reports whether op is a read-only operation of the type.
 func (d *Definition) IsReadOnly(op string) bool {
 	o, ok := d.lookup(op)

@@ -195,3 +195,36 @@ func (badResults) NoErr(Context) int { return 0 }
 type volatileOnly struct{ n int }
 
 func (v *volatileOnly) Inc(Context) (int, error) { v.n++; return v.n, nil }
+
+// mark is a durable type whose Touch writes nothing new.
+type mark struct{ N int }
+
+func (m *mark) Touch(Context) error { return nil }
+
+func (m *mark) Inc(Context) (int, error) { m.N++; return m.N, nil }
+
+// TestDefineUnchangedSavesNothing: a writing operation that leaves the
+// state as it was saves nothing, on an entity with no stored state too
+// (its first operation); one that changes it saves once.
+func TestDefineUnchangedSavesNothing(t *testing.T) {
+	e, ops := stateEnv(t)
+	b := e.bareHost(func(h *Host) {
+		if err := h.Define(Define[mark]("mark", nil)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	b.own(shard0, 100)
+	ops.take()
+	mustInvoke(t, b, "mark", "m1", "Touch", ``, ``)
+	if got := ops.take(); got["put"] != 1 { // the activation's fence only
+		t.Fatalf("state requests of a first Touch: %v, want the fence's one put", got)
+	}
+	mustInvoke(t, b, "mark", "m1", "Touch", ``, ``)
+	if got := ops.take(); got["put"] != 0 {
+		t.Fatalf("state requests of a second Touch: %v, want none", got)
+	}
+	mustInvoke(t, b, "mark", "m1", "Inc", ``, `1`)
+	if got := ops.take(); got["put"] != 1 {
+		t.Fatalf("state requests of an Inc: %v, want one put", got)
+	}
+}

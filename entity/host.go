@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Host struct {
 	// (messages are refused as shard-moving meanwhile). Read lock-free on
 	// every message; written on acquisitions and ends.
 	routes sync.Map // storage.ShardID → *shardExec
+	// unhandled holds the types of due tasks left pending here for want
+	// of a handler, by when one was last seen (UnhandledTypes).
+	unhandled sync.Map // string → time.Time
 
 	mu      sync.Mutex
 	shards  map[storage.ShardID]*shardExec
@@ -169,6 +173,29 @@ func NewHost(tasks *task.Store, wakes storage.WakeWatcher, runnerID string, cfg 
 // Register registers an entity type: f creates the instance of an entity id
 // on its first task.
 func (h *Host) Register(typ string, f Factory) error { return h.reg.register(typ, f) }
+
+// UnhandledTypes lists, sorted, the types of due tasks this host has left
+// pending within the last UnhandledWindow for want of a handler: tasks
+// submitted for a type no runner of their shard group hosts. `tenure
+// status` shows them.
+func (h *Host) UnhandledTypes() []string {
+	var out []string
+	cutoff := time.Now().Add(-UnhandledWindow)
+	h.unhandled.Range(func(k, v any) bool {
+		if v.(time.Time).After(cutoff) {
+			out = append(out, k.(string))
+		} else {
+			h.unhandled.Delete(k)
+		}
+		return true
+	})
+	slices.Sort(out)
+	return out
+}
+
+// UnhandledWindow is how long UnhandledTypes remembers a type without a
+// handler after its last task was seen.
+const UnhandledWindow = 10 * time.Minute
 
 // Define registers an entity type defined by its operations (see
 // Define). A definition error is returned here.

@@ -3,6 +3,7 @@ package entity
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,9 @@ func TestBadTasksDoNotStopTheShard(t *testing.T) {
 	}
 	if v := counterValue(t, n, "tenure_tasks_unhandled_total"); v < 1 {
 		t.Fatalf("unhandled counter %v", v)
+	}
+	if got := n.host.UnhandledTypes(); !slices.Equal(got, []string{"nobody-handles-this"}) {
+		t.Fatalf("unhandled types %v, want the unknown task's", got)
 	}
 	if v := counterValue(t, n, "tenure_tasks_corrupt_total"); v != 1 {
 		t.Fatalf("corrupt counter %v", v)

@@ -22,6 +22,10 @@ type Instance struct {
 	// saved is the state as last loaded or saved, nil when none is stored
 	// (durable types only).
 	saved json.RawMessage
+	// base is what a writing operation's state is compared with: saved,
+	// or, when none is stored, the constructor's value, so that an
+	// operation that changes nothing saves nothing, first one included.
+	base json.RawMessage
 }
 
 // NewInstance makes the instance of entity id with its stored state
@@ -45,7 +49,10 @@ func (i *Instance) load(stored json.RawMessage) error {
 			return fmt.Errorf("entity %s/%s: stored state does not decode into %s: %w", i.d.name, i.id, i.d.goType, err)
 		}
 	}
-	i.v, i.saved = v, stored
+	i.v, i.saved, i.base = v, stored, stored
+	if i.d.durable && (len(stored) == 0 || bytes.Equal(stored, []byte("null"))) {
+		i.base, _ = json.Marshal(v.Interface()) // nil if it does not encode: the first change saves
+	}
 	return nil
 }
 
@@ -102,14 +109,14 @@ func (i *Instance) Run(ctx Context, op string, input []byte, save func(json.RawM
 		_ = i.load(i.saved)
 		return nil, Permanent(fmt.Errorf("entity %s/%s: operation %s: state %s does not encode as JSON: %w", i.d.name, i.id, o.name, i.d.goType, err))
 	}
-	if bytes.Equal(raw, i.saved) {
+	if bytes.Equal(raw, i.base) {
 		return out, nil
 	}
 	if err := save(raw); err != nil {
 		_ = i.load(i.saved)
 		return nil, err
 	}
-	i.saved = raw
+	i.saved, i.base = raw, raw
 	return out, nil
 }
 
@@ -171,12 +178,12 @@ type opEntity struct {
 }
 
 func (e *opEntity) Handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
-	oc := &opContext{Context: ctx, typ: e.inst.d.name, id: t.Entity, op: t.Op}
+	oc := &opContext{Context: ctx, d: e.inst.d, typ: e.inst.d.name, id: t.Entity, op: t.Op}
 	return e.inst.Run(oc, t.Op, t.Input, e.save(ctx))
 }
 
 func (e *opEntity) Receive(ctx context.Context, m *Message) ([]byte, error) {
-	oc := &opContext{Context: ctx, typ: m.Type, id: m.ID, op: m.Op}
+	oc := &opContext{Context: ctx, d: e.inst.d, typ: m.Type, id: m.ID, op: m.Op}
 	return e.inst.Run(oc, m.Op, m.Body, e.save(ctx))
 }
 
@@ -196,6 +203,7 @@ func (e *opEntity) OnStop(ctx context.Context, reason StopReason) { e.inst.Stop(
 // opContext is Context on a host.
 type opContext struct {
 	context.Context
+	d           *Definition
 	typ, id, op string
 }
 
@@ -210,6 +218,9 @@ func (c *opContext) Reminder() string {
 }
 
 func (c *opContext) RemindAfter(name string, d time.Duration, op string, input any) error {
+	if !c.d.HasOp(op) {
+		return &UnknownOpError{Type: c.typ, Op: op, Ops: c.d.names}
+	}
 	return remindAfter(c.Context, name, d, op, input)
 }
 

@@ -48,6 +48,15 @@ const MaxReminderName = 128
 
 var reminderName = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,128}$`)
 
+// ValidateReminderName checks a reminder name: 1 to MaxReminderName bytes
+// of [A-Za-z0-9_:-]. Its error wraps ErrBadReminderName.
+func ValidateReminderName(name string) error {
+	if !reminderName.MatchString(name) {
+		return fmt.Errorf("%w: %q must match %s", ErrBadReminderName, name, reminderName)
+	}
+	return nil
+}
+
 const reminderPrefix = "rem-"
 
 // selfKey is the context key of the entity a handler runs for.

@@ -51,6 +51,9 @@ type Status struct {
 	// Singletons lists the singletons of the shards it owns: where they
 	// run and since when.
 	Singletons []entity.SingletonStatus `json:"singletons"`
+	// UnhandledTypes are the types of due tasks it left pending lately
+	// for want of a handler (entity.Host.UnhandledTypes).
+	UnhandledTypes []string `json:"unhandled_types"`
 }
 
 // Status returns the runner's state.
@@ -82,6 +85,7 @@ func (r *Runner) Status() Status {
 	if host != nil {
 		st.Types = host.Types()
 		st.Singletons = host.Singletons()
+		st.UnhandledTypes = host.UnhandledTypes()
 	}
 	if mgr == nil {
 		return st

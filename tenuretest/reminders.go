@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"time"
 
@@ -33,10 +32,6 @@ type pending struct {
 // re-arms itself with no delay would otherwise fire forever.
 const maxFires = 100_000
 
-// reminderName is entity's rule for reminder names (see
-// entity.ErrBadReminderName).
-var reminderName = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,128}$`)
-
 // remindAfter is Context.RemindAfter for the entity k: the reminder is
 // recorded at once (on a runner it is a task submitted at once, which a
 // failing operation does not take back), replacing the pending one of the
@@ -45,8 +40,11 @@ func (u *Unit) remindAfter(k entKey, name string, d time.Duration, op string, in
 	if err := task.ValidateOp(op); err != nil {
 		return fmt.Errorf("tenuretest: reminder %q of %s: %w", name, k, err)
 	}
-	if !reminderName.MatchString(name) {
-		return fmt.Errorf("%w: %q must match %s", entity.ErrBadReminderName, name, reminderName)
+	if err := entity.ValidateReminderName(name); err != nil {
+		return err
+	}
+	if d := u.types[k.typ]; d != nil && !d.HasOp(op) {
+		return &entity.UnknownOpError{Type: d.Name(), Op: op, Ops: d.Ops()}
 	}
 	raw, err := encode(input)
 	if err != nil {
@@ -65,8 +63,8 @@ func (u *Unit) remindAfter(k entKey, name string, d time.Duration, op string, in
 
 // cancelReminder is Context.CancelReminder for the entity k.
 func (u *Unit) cancelReminder(k entKey, name string) error {
-	if !reminderName.MatchString(name) {
-		return fmt.Errorf("%w: %q must match %s", entity.ErrBadReminderName, name, reminderName)
+	if err := entity.ValidateReminderName(name); err != nil {
+		return err
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -311,6 +311,9 @@ type runnerState struct {
 	HasTypes     bool // the runner reported its types
 	// Singletons are the singletons it runs, as it reports them.
 	Singletons []entity.SingletonStatus
+	// UnhandledTypes are the types of due tasks it left pending lately for
+	// want of a handler (none from runners that do not report them).
+	UnhandledTypes []string
 }
 
 func decodeRunnerState(b []byte) (runnerState, error) {
@@ -334,6 +337,7 @@ func decodeRunnerState(b []byte) (runnerState, error) {
 	st.StaticConfig = deref(field[map[string]string](raw, "static_config"))
 	st.Version = deref(field[string](raw, "version"))
 	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))
+	st.UnhandledTypes = deref(field[[]string](raw, "unhandled_types"))
 	if types := field[[]string](raw, "types"); types != nil {
 		st.Types, st.HasTypes = *types, true
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,10 +98,22 @@ type StatusReport struct {
 	// whose lease has not ended. Nobody runs their work until the lease
 	// ends (see RunnerReport.LeaseExpiresWithinSeconds) or it answers.
 	ShardsHeldUnreachable int `json:"shards_held_unreachable"`
+	// UnhostedTypes are types with due tasks that a runner left pending
+	// for want of a handler and that no runner lists among its types:
+	// their tasks wait, and calls to them are answered not applied
+	// (type_not_hosted), until a runner hosting them joins. Sorted.
+	UnhostedTypes []UnhostedType `json:"unhosted_types"`
 	// Singletons lists where each singleton runs, as the runners running
 	// them report it (a singleton between owners, or on an unreachable
 	// runner, is missing), sorted by type.
 	Singletons []SingletonReport `json:"singletons"`
+}
+
+// UnhostedType is a type no runner hosts, with the runners that saw its
+// tasks.
+type UnhostedType struct {
+	Type   string   `json:"type"`
+	SeenBy []string `json:"seen_by"`
 }
 
 // SingletonReport is one running singleton of a StatusReport.
@@ -208,11 +221,12 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
 	}
 	rep := &StatusReport{
-		Cluster:    conn.Config.Cluster,
-		Shards:     conn.Meta.Shards,
-		Groups:     conn.Meta.Groups,
-		Runners:    []RunnerReport{},
-		Singletons: []SingletonReport{},
+		Cluster:       conn.Config.Cluster,
+		Shards:        conn.Meta.Shards,
+		Groups:        conn.Meta.Groups,
+		Runners:       []RunnerReport{},
+		Singletons:    []SingletonReport{},
+		UnhostedTypes: []UnhostedType{},
 	}
 	cv, err := conn.Etcd.Config(ctx)
 	if err != nil {
@@ -235,6 +249,7 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 	}
 	rep.ShardsUnowned = conn.Meta.Shards*len(conn.Meta.Groups) - rep.ShardsOwned
 
+	seen := map[string][]string{} // unhandled type → the runners that saw it
 	for _, r := range gatherRunners(ctx, adm, conn.Etcd, runners) {
 		rr := RunnerReport{ID: r.ID, Addr: r.Addr, Weight: r.Weight, Version: r.Version, Types: slices.Clone(r.Types),
 			Owned: owned[r.ID], Draining: r.Weight == 0}
@@ -254,12 +269,26 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 			rr.Attached, rr.LeaseDeadlineLagSeconds = st.Attached, st.LeaseDeadlineLag
 			rr.Mode, rr.DetachReason, rr.ConfigVersion, rr.ConfigError = st.Mode, st.DetachReason, st.ConfigVersion, st.ConfigError
 			rr.Draining = rr.Draining || st.Draining
+			for _, typ := range st.UnhandledTypes {
+				seen[typ] = append(seen[typ], r.ID)
+			}
 			for _, s := range st.Singletons {
 				rep.Singletons = append(rep.Singletons, SingletonReport{Type: s.Type, Runner: r.ID, Shard: s.Shard,
 					Running: s.Running, Since: s.Since, Restarts: s.Restarts})
 			}
 		}
 		rep.Runners = append(rep.Runners, rr)
+	}
+	hosted := map[string]bool{}
+	for _, r := range rep.Runners {
+		for _, typ := range r.Types {
+			hosted[typ] = true
+		}
+	}
+	for _, typ := range slices.Sorted(maps.Keys(seen)) {
+		if !hosted[typ] {
+			rep.UnhostedTypes = append(rep.UnhostedTypes, UnhostedType{Type: typ, SeenBy: seen[typ]})
+		}
 	}
 	slices.SortFunc(rep.Singletons, func(a, b SingletonReport) int {
 		return cmp.Or(strings.Compare(a.Type, b.Type), strings.Compare(a.Runner, b.Runner))
@@ -324,6 +353,15 @@ func printStatus(w io.Writer, rep *StatusReport) {
 	}
 	tw.Flush()
 	printRunnerTypes(w, rep.Runners)
+	if len(rep.UnhostedTypes) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TYPE NO RUNNER HOSTS\tTASKS WAITING ON")
+		for _, u := range rep.UnhostedTypes {
+			fmt.Fprintf(tw, "%s\t%s\n", u.Type, strings.Join(u.SeenBy, ", "))
+		}
+		tw.Flush()
+	}
 	if len(rep.Singletons) == 0 {
 		return
 	}

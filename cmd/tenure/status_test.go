@@ -82,7 +82,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprint(w, `{"attached": true, "owned": "many", "lease_deadline_lag_seconds": 4.5, "mode": "observe", "config_version": 2, "future_field": [1]}`)
+		fmt.Fprint(w, `{"attached": true, "owned": "many", "lease_deadline_lag_seconds": 4.5, "mode": "observe", "config_version": 2, "future_field": [1], "unhandled_types": ["echo", "payments"]}`)
 	}))
 	defer odd.Close()
 	oddSess, err := c.etcd.Register(ctx, storage.RunnerInfo{ID: "odd", Addr: strings.TrimPrefix(odd.URL, "http://"), Weight: 2, Groups: []string{"default"}}, 10*time.Second)
@@ -119,6 +119,12 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 		o.Mode != "observe" || o.ConfigVersion == nil || *o.ConfigVersion != 2 || o.Owned != 0 || !o.Reachable || o.Draining || o.Weight != 2 {
 		t.Errorf("odd: %+v", o)
 	}
+	// A type whose tasks a runner left pending for want of a handler, and
+	// that no runner hosts, is shown as such; one another runner hosts
+	// (echo: the ghost's record lists it) is not.
+	if len(rep.UnhostedTypes) != 1 || rep.UnhostedTypes[0].Type != "payments" || !slices.Equal(rep.UnhostedTypes[0].SeenBy, []string{"odd"}) {
+		t.Errorf("unhosted types %+v, want payments seen by odd", rep.UnhostedTypes)
+	}
 	// The JSON keeps nulls for what is unknown (the schema promises them).
 	raw := c.mustRun(Status, "--json")
 	for _, want := range []string{`"types": []`, `"attached": null`, `"lease_deadline_lag_seconds": null`, `"shards_unowned": 5`, `"shards_held_unreachable": 3`} {
@@ -131,6 +137,7 @@ func TestStatusWithoutRunnerProcesses(t *testing.T) {
 	// their work until its lease ends.
 	for _, want := range []string{"ghost", "unknown", "admin unreachable", "draining", "odd", "4.5s", "observe",
 		"RUNNER  TYPES", "ghost   echo, orders", "odd     (not advertised",
+		"TYPE NO RUNNER HOSTS  TASKS WAITING ON", "payments              odd",
 		"8 shards: 0 owned, 3 held by unreachable runners (lease ends in ≤ ", "s), 5 unowned"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("human status lacks %q:\n%s", want, out)
