@@ -228,3 +228,29 @@ func TestDefineUnchangedSavesNothing(t *testing.T) {
 		t.Fatalf("state requests of an Inc: %v, want one put", got)
 	}
 }
+
+// TestDefineCallsOnlyOnAttachedHolder: an operation of a defined type runs
+// only on the holder of its shard's lock while attached: once the runner
+// detaches, a call is refused (not attached) without running; on a host
+// that lost the shard, it is refused as not the owner.
+func TestDefineCallsOnlyOnAttachedHolder(t *testing.T) {
+	e, _ := stateEnv(t)
+	var runs atomic.Int32
+	b := e.bareHost(func(h *Host) {
+		if err := h.Define(defineCart(&runs)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	o := b.own(shard0, 7)
+	mustInvoke(t, b, "cart", "c1", "Add", `"apple"`, `1`)
+	o.detach(errors.New("test detaches"))
+	_, err := b.invoke(ctxFor(t, 10*time.Second), "cart", "c1", "Add", `"pear"`)
+	refusedAs(t, err, RefusedNotAttached, 7)
+	o.end(sharding.LossLockLost)
+	b.ShardLost(o.Ownership, sharding.LossLockLost)
+	_, err = b.invoke(ctxFor(t, 10*time.Second), "cart", "c1", "Add", `"fig"`)
+	refusedAs(t, err, RefusedNotOwner, 0)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("Add ran %d times, want only the attached holder's 1", n)
+	}
+}

@@ -34,15 +34,18 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // task store.
 type env struct {
 	*harness.Cluster
-	t      testing.TB
-	srv    *testenv.Etcd
-	ops    *opCounter
-	tasks  *task.Store // the submitters' store
-	client *task.Client
-	rec    *recorder
-	scfg   sharding.Config
-	ecfg   Config
-	logs   *logSink
+	t testing.TB
+	// definedCounter: counterHost registers the counter made by Define
+	// (TestStateOnDefinedTypes).
+	definedCounter bool
+	srv            *testenv.Etcd
+	ops            *opCounter
+	tasks          *task.Store // the submitters' store
+	client         *task.Client
+	rec            *recorder
+	scfg           sharding.Config
+	ecfg           Config
+	logs           *logSink
 	// wrap, if set, decorates each runner's object store (fault injection
 	// over the real S3 server).
 	wrap func(runner string, s storage.ObjectStore) storage.ObjectStore

@@ -82,6 +82,7 @@ func (s *stateOps) Replace(ctx context.Context, key string, body []byte, ifMatch
 // hosts count their state requests.
 func stateEnv(t *testing.T) (*env, *stateOps) {
 	e := newEnv(t, 1)
+	_, e.definedCounter = onDefined.Load(t)
 	ops := &stateOps{counts: map[string]int{}, held: make(chan struct{}, 8)}
 	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
 		ops.ObjectStore = s
@@ -135,9 +136,68 @@ func (c *stateCounter) Handle(ctx context.Context, t *task.Task) (json.RawMessag
 	return c.apply(ctx, t.Input)
 }
 
+// definedCounter is stateCounter as a type made by Define: its Total is
+// its state, saved by the host after an Add that changed it.
+type definedCounter struct {
+	Total int `json:"total"`
+	runs  *atomic.Int32
+}
+
+// Add adds in.Add; with in.Fail it fails after the change, which the
+// host then drops (unlike stateCounter, which saved first).
+func (c *definedCounter) Add(_ Context, in counterIn) (counterState, error) {
+	c.runs.Add(1)
+	c.Total += in.Add
+	if in.Fail {
+		return counterState{}, errors.New("asked to fail")
+	}
+	return counterState{Total: c.Total}, nil
+}
+
+// onDefined holds the tests TestStateOnDefinedTypes runs again with the
+// counter made by Define (stateEnv reads it).
+var onDefined sync.Map // *testing.T → struct{}
+
+// TestStateOnDefinedTypes runs the durable state tests again with the
+// counter a type made by Define, whose state the host saves: the same
+// fences, request counts and exactly-once effect of tasks.
+func TestStateOnDefinedTypes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"SurvivesPassivation", TestStateSurvivesPassivation},
+		{"WriteOfUnknownOutcomeReloads", TestStateWriteOfUnknownOutcomeReloads},
+		{"StaleOwnerFenced", TestStateStaleOwnerFenced},
+		{"HandoffAndCrash", TestStateHandoffAndCrash},
+		{"TaskExactlyOnce", TestStateTaskExactlyOnce},
+		{"TaskFailureDropsStaged", TestStateTaskFailureDropsStaged},
+		{"WriteBehind", TestStateWriteBehind},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			onDefined.Store(t, struct{}{})
+			defer onDefined.Delete(t)
+			c.test(t)
+		})
+	}
+}
+
 // counterHost is a bare host with the durable counter registered as
-// "counter" and, written behind by behind, as "lazy".
+// "counter" and, written behind by behind, as "lazy": a stateCounter, or
+// a definedCounter on an env of TestStateOnDefinedTypes.
 func (e *env) counterHost(runs *atomic.Int32, behind time.Duration) *bareHost {
+	if e.definedCounter {
+		e.t.Log("the counter is a type made by Define")
+		return e.bareHost(func(h *Host) {
+			mk := func(string) *definedCounter { return &definedCounter{runs: runs} }
+			if err := h.Define(Define("counter", mk, Default("Add"))); err != nil {
+				e.t.Fatal(err)
+			}
+			if err := h.Define(Define("lazy", mk, Default("Add"), SaveBehind(behind))); err != nil {
+				e.t.Fatal(err)
+			}
+		})
+	}
 	return e.bareHost(func(h *Host) {
 		mk := func(_ string, st *State[counterState]) (Entity, error) { return &stateCounter{st: st, runs: runs}, nil }
 		if err := h.Register("counter", Stateful(mk)); err != nil {
