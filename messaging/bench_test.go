@@ -45,7 +45,7 @@ func BenchmarkCallRemote(b *testing.B) {
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			v := newView()
-			v.runner("b", serve(b, &fake{fn: echo}))
+			v.runner("b", serve(b, &fake{fn: echo}), "echo") // runners list their types
 			v.lock("b", 5)
 			c, _ := v.client(b)
 			benchCalls(b, c, callers)
@@ -57,7 +57,7 @@ func BenchmarkCallLocal(b *testing.B) {
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			v := newView()
-			v.runner("self", deadAddr(b))
+			v.runner("self", deadAddr(b), "echo")
 			v.lock("self", 5)
 			c, _ := v.client(b, messaging.WithLocal("self", &fake{fn: echo}))
 			benchCalls(b, c, callers)

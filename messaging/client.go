@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,17 @@ type Client struct {
 	metrics *clientMetrics
 	tracer  trace.Tracer
 	closed  atomic.Bool
+	// placed keeps the group of each hosted type PlaceType answered, for
+	// as long as the table's TypesGeneration stays: a call reads it
+	// without the table's lock. Only hosted types are kept, so callers
+	// naming random types cannot grow it.
+	placed sync.Map // type → *placedType
+}
+
+// placedType is a kept answer of routing.Table.PlaceType.
+type placedType struct {
+	gen   uint64
+	group string
 }
 
 var _ entity.Caller = (*Client)(nil)
@@ -165,7 +177,7 @@ func (c *Client) place(ctx context.Context, cl *call) error {
 			return fmt.Errorf("messaging: call %s/%s: the routing table has no view of the cluster yet: %w: %w", cl.typ, cl.id, ErrNoOwner, err)
 		}
 	}
-	group, h := c.table.PlaceType(cl.typ, c.cfg.Group)
+	group, h := c.placeType(cl.typ)
 	switch {
 	case h == routing.NotHosted:
 		return &CallError{Type: cl.typ, ID: cl.id, Code: callpb.Failure_CODE_TYPE_NOT_HOSTED, applied: AppliedNo,
@@ -176,6 +188,22 @@ func (c *Client) place(ctx context.Context, cl *call) error {
 	cl.group = group
 	cl.shard = shardkey.Of(group, c.cfg.Shards, cl.typ, cl.id, "")
 	return nil
+}
+
+// placeType is table.PlaceType(typ, the client's group), kept while the
+// table's runners do not change.
+func (c *Client) placeType(typ string) (string, routing.Hosting) {
+	gen := c.table.TypesGeneration()
+	if v, ok := c.placed.Load(typ); ok {
+		if p := v.(*placedType); p.gen == gen {
+			return p.group, routing.Hosted
+		}
+	}
+	group, h := c.table.PlaceType(typ, c.cfg.Group)
+	if h == routing.Hosted {
+		c.placed.Store(typ, &placedType{gen: gen, group: group})
+	}
+	return group, h
 }
 
 func (c *Client) endSpan(span trace.Span, cl *call, err error) {

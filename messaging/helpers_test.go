@@ -138,10 +138,10 @@ func newView() *view {
 }
 
 // runner records runner id with call address addr.
-func (v *view) runner(id, addr string) {
+func (v *view) runner(id, addr string, types ...string) {
 	v.rev++
 	v.tbl.Apply(storage.MembershipBatch{Revision: v.rev, Events: []storage.MembershipEvent{{Runner: &storage.RunnerEvent{
-		Kind: storage.EventPut, ID: id, Runner: storage.RunnerInfo{ID: id, CallAddr: addr}, Revision: v.rev}}}})
+		Kind: storage.EventPut, ID: id, Runner: storage.RunnerInfo{ID: id, CallAddr: addr, Types: types}, Revision: v.rev}}}})
 }
 
 // lock gives shard0 to runner id under epoch.

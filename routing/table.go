@@ -88,8 +88,11 @@ type Table struct {
 	listed  bool
 	runners map[string]storage.RunnerInfo
 	locks   map[storage.ShardID]storage.ShardLock
-	// types indexes the runners' advertised types (PlaceType).
-	types typeIndex
+	// types indexes the runners' advertised types (PlaceType); typesGen
+	// grows with every runner change, so that a caller may keep what
+	// PlaceType answered while it stays (TypesGeneration).
+	types    typeIndex
+	typesGen atomic.Uint64
 	// changed is closed and replaced after every applied batch: the
 	// condition AwaitOwner waits on, without polling.
 	changed chan struct{}
@@ -187,6 +190,7 @@ func (t *Table) replaceLocked(b storage.MembershipBatch) {
 	t.runners = make(map[string]storage.RunnerInfo, len(t.runners))
 	t.locks = make(map[storage.ShardID]storage.ShardLock, len(t.locks))
 	t.types.reset()
+	t.typesGen.Add(1)
 	for _, ev := range b.Events {
 		switch {
 		case ev.Runner != nil && ev.Runner.Kind == storage.EventPut:
@@ -203,6 +207,7 @@ func (t *Table) applyRunnerLocked(ev storage.RunnerEvent) {
 	if ev.Err != nil {
 		t.opts.logger.Error("undecodable runner record; treating the runner as absent", "runner", ev.ID, "err", ev.Err)
 	}
+	t.typesGen.Add(1)
 	if old, ok := t.runners[ev.ID]; ok {
 		t.types.add(old, -1)
 	}

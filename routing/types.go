@@ -185,6 +185,14 @@ func (t *Table) PlaceType(typ, prefer string) (group string, h Hosting) {
 	return prefer, NotHosted
 }
 
+// TypesGeneration grows whenever a runner record changes: what PlaceType
+// answered holds while it stays the same, so a caller on a hot path may
+// keep the answer (a lock-free read) rather than ask again. It grows
+// before the change is applied, and a caller reads it before PlaceType:
+// an answer kept under a generation is never newer than the view it
+// names, at worst older, and then asked again.
+func (t *Table) TypesGeneration() uint64 { return t.typesGen.Load() }
+
 // GroupOf returns the group hosting typ, as PlaceType picks it with
 // prefer; ok is false unless PlaceType says Hosted.
 func (t *Table) GroupOf(typ, prefer string) (group string, ok bool) {
