@@ -335,16 +335,23 @@ func blockingHost(t *testing.T) (*bareHost, *blocker) {
 
 // waiting reports how many messages wait for the turn of (typ, id).
 func (b *bareHost) waiting(typ, id string) int {
+	_, n := b.mailbox(typ, id)
+	return n
+}
+
+// mailbox reports how many tasks and messages of (typ, id) are in its
+// mailbox, waiting for their turn.
+func (b *bareHost) mailbox(typ, id string) (tasks, messages int) {
 	e := b.route(task.ShardOf(storage.DefaultGroup, b.e.Meta.Shards, typ, id, ""))
 	if e == nil {
-		return 0
+		return 0, 0
 	}
 	e.sched.mu.Lock()
 	defer e.sched.mu.Unlock()
 	if box := e.sched.boxes[task.EntityKey(typ, id)]; box != nil {
-		return len(box.waiting)
+		return len(box.pending), len(box.waiting)
 	}
-	return 0
+	return 0, 0
 }
 
 type result struct {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/internal/testenv"
-	"github.com/tenurehq/tenure/storage"
 )
 
 // gauge is a defined type whose Peek is read-only and Bump writes. Its
@@ -120,16 +119,8 @@ func (g *gauge) Bump(_ Context) (int, error) {
 // pendingTasks reports how many tasks of (typ, id) are in its mailbox,
 // waiting for their turn.
 func (b *bareHost) pendingTasks(typ, id string) int {
-	e := b.route(task.ShardOf(storage.DefaultGroup, b.e.Meta.Shards, typ, id, ""))
-	if e == nil {
-		return 0
-	}
-	e.sched.mu.Lock()
-	defer e.sched.mu.Unlock()
-	if box := e.sched.boxes[task.EntityKey(typ, id)]; box != nil {
-		return len(box.pending)
-	}
-	return 0
+	n, _ := b.mailbox(typ, id)
+	return n
 }
 
 // TestReadOnlyCallsShareTheTurn: two read-only calls of one entity run

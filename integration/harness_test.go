@@ -302,17 +302,9 @@ func (c *cluster) run(id string, extra ...string) *runnerProc {
 func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 	t := c.t
 	t.Helper()
-	px, err := c.Proxy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := embedded.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"run", "--config", c.cfgPath, "--runner-id", id, "--admin-addr", admin,
-		"--set", "etcd.endpoints=" + harness.ProxyURL(px)}, extra...)
-	r := &runnerProc{id: id, admin: admin, proxy: px, args: args}
+	r := c.newRunnerProc(id)
+	r.args = append([]string{"run", "--config", c.cfgPath, "--runner-id", id, "--admin-addr", r.admin,
+		"--set", "etcd.endpoints=" + harness.ProxyURL(r.proxy)}, extra...)
 	if c.s3EP != "" {
 		r.s3 = newS3Proxy(t, c.s3EP)
 		r.args = append(r.args, "--set", "s3.endpoint="+r.s3.URL())
@@ -320,6 +312,21 @@ func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 	r.proc = startEnv(t, "runner "+id, env, r.args...)
 	c.runners.Add(id, r)
 	return r
+}
+
+// newRunnerProc is a runner of id, not started yet: its etcd proxy and a
+// free admin address.
+func (c *cluster) newRunnerProc(id string) *runnerProc {
+	c.t.Helper()
+	px, err := c.Proxy()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	admin, err := embedded.FreeAddr()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return &runnerProc{id: id, admin: admin, proxy: px}
 }
 
 // restart starts a runner again with the same id and connections, after it

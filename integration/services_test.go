@@ -29,24 +29,16 @@ const servicesGroups = "carts,default"
 func (c *cluster) runService(bin, id, group, addrEnv string) *runnerProc {
 	t := c.t
 	t.Helper()
-	px, err := c.Proxy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := embedded.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := c.newRunnerProc(id)
 	api, err := embedded.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"runner_id=" + id, "admin_addr=" + admin, "etcd.endpoints=" + harness.ProxyURL(px), "groups=" + group}
+	r.args = []string{"runner_id=" + id, "admin_addr=" + r.admin, "etcd.endpoints=" + harness.ProxyURL(r.proxy), "groups=" + group}
 	for i := 1; i < len(fastRunner); i += 2 { // --set k=v pairs
-		args = append(args, fastRunner[i])
+		r.args = append(r.args, fastRunner[i])
 	}
-	r := &runnerProc{id: id, admin: admin, proxy: px, args: args}
-	r.proc = startBinary(t, bin, "service "+id, []string{"TENURE_CONFIG=" + c.cfgPath, addrEnv + "=" + api}, args...)
+	r.proc = startBinary(t, bin, "service "+id, []string{"TENURE_CONFIG=" + c.cfgPath, addrEnv + "=" + api}, r.args...)
 	c.runners.Add(id, r)
 	return r
 }

@@ -147,17 +147,7 @@ func TestAdminMutualTLS(t *testing.T) {
 	if want := "https://" + x.r.AdminAddr(); addr != want {
 		t.Fatalf("registered admin address %q, want %q", addr, want)
 	}
-	client := func(keys ...string) *http.Client {
-		cfg, err := Load("", nil, append([]string{"etcd.endpoints=http://127.0.0.1:1", "s3.bucket=b", "admin.ca_file=" + p.CA}, keys...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc, err := AdminTLSClientConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
-	}
+	client := func(keys ...string) *http.Client { return adminTLSClient(t, p, keys...) }
 	anon := client()
 	if code, _, body := adminDo(t, anon, "GET", addr+"/metrics", ""); code != http.StatusOK || !strings.Contains(body, "tenure_") {
 		t.Fatalf("GET /metrics over HTTPS without a client certificate: %d", code)
@@ -252,4 +242,19 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, readFile(t, from), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// adminTLSClient is an HTTP client trusting p's CA as the admin client
+// config of a runner config with keys set (a client certificate, say).
+func adminTLSClient(t *testing.T, p testenv.PKI, keys ...string) *http.Client {
+	t.Helper()
+	cfg, err := Load("", nil, append([]string{"etcd.endpoints=http://127.0.0.1:1", "s3.bucket=b", "admin.ca_file=" + p.CA}, keys...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := AdminTLSClientConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 }

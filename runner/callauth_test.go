@@ -204,17 +204,7 @@ func TestCallHTTPClientCertificate(t *testing.T) {
 	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(tls.NewListener(ln, stls))
 	defer srv.Close()
-	client := func(keys ...string) *http.Client {
-		cfg, err := Load("", nil, append([]string{"etcd.endpoints=http://127.0.0.1:1", "s3.bucket=b", "admin.ca_file=" + p.CA}, keys...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc, err := AdminTLSClientConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
-	}
+	client := func(keys ...string) *http.Client { return adminTLSClient(t, p, keys...) }
 	url := "https://" + ln.Addr().String() + "/v1/entities/echo/e1"
 	code, _, b := postEntity(t, client(), url, "", `{}`)
 	if e := refusal(t, b); code != http.StatusUnauthorized || !strings.Contains(e.Error, "client certificate") {
