@@ -1,5 +1,11 @@
 package entity
 
+// This file is past the ~500-line mark on purpose: it is the messenger,
+// the one path of a call from Host.Deliver through the gate, the turn
+// (read-only sharing included) and the handler to its outcome, read top
+// to bottom; its concepts already have their own files (mailbox.go,
+// turn.go, message.go).
+
 import (
 	"context"
 	"encoding/json"

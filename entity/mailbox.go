@@ -158,3 +158,13 @@ func (b *mailbox) joinable(c *call) bool {
 func (b *mailbox) idle() bool {
 	return b.turn == turnFree && len(b.pending) == 0 && b.held == "" && b.inst == nil && len(b.waiting) == 0
 }
+
+// popWaiting takes the first waiting message off b, granted its turn (the
+// caller hands it over and closes its ready). b.waiting must not be empty.
+func (b *mailbox) popWaiting() *call {
+	c := b.waiting[0]
+	b.waiting[0] = nil
+	b.waiting = b.waiting[1:]
+	c.granted = true
+	return c
+}

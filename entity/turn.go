@@ -109,10 +109,7 @@ func (s *scheduler) joinLocked(box *mailbox, c *call) {
 func (s *scheduler) sharedLocked(box *mailbox) {
 	box.shared = true
 	for len(box.waiting) > 0 && box.waiting[0].ro && box.joinable(box.waiting[0]) {
-		c := box.waiting[0]
-		box.waiting[0] = nil
-		box.waiting = box.waiting[1:]
-		c.granted = true
+		c := box.popWaiting()
 		s.joinLocked(box, c)
 		close(c.ready)
 	}
@@ -139,10 +136,7 @@ func (s *scheduler) leaveTurnLocked(c *call) {
 func (s *scheduler) endTurnLocked(box *mailbox) {
 	taskReady := box.taskReady() && s.ctx.Err() == nil
 	if len(box.waiting) > 0 && (!taskReady || !box.lastMsg) {
-		c := box.waiting[0]
-		box.waiting[0] = nil
-		box.waiting = box.waiting[1:]
-		c.granted = true
+		c := box.popWaiting()
 		s.grantLocked(box, c)
 		close(c.ready)
 		return
