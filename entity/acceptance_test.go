@@ -118,6 +118,7 @@ func checkEntityOrder(t testing.TB, runs []execution, submitted map[string][]*ta
 // submission order and never overlap.
 func TestThreeRunnersThousandsOfTasks(t *testing.T) {
 	e := newEnv(t, 16)
+	e.holdLeaseOpen()
 	for _, id := range []string{"r1", "r2", "r3"} {
 		e.start(id, e.standard)
 	}

@@ -73,8 +73,25 @@ type node struct {
 	transitions harness.Transitions
 }
 
-func testShardingConfig() sharding.Config {
-	cfg := sharding.DefaultConfigFor(2 * time.Second)
+func testShardingConfig() sharding.Config { return testShardingConfigFor(2 * time.Second) }
+
+// loadLeaseTTL is the lease TTL of the tests that load the machine on
+// purpose (thousands of tasks, many submitters). A 2 s lease cuts off
+// 1.33 s after the last keep-alive answer, which a race-built test process
+// on a busy 2-core machine misses every few seconds; the runner then
+// detaches, as it must, and each re-attachment's burst of work brings the
+// next miss: beside six busy loops a 2 s lease detached 22 times in 48 s,
+// a 4 s lease 2–3 times per run (the one forced by the test included).
+// The longer lease holds the timing window open; what the tests assert is
+// unchanged.
+const loadLeaseTTL = 4 * time.Second
+
+// holdLeaseOpen gives e's runners loadLeaseTTL; call it before starting them.
+func (e *env) holdLeaseOpen() { e.scfg = testShardingConfigFor(loadLeaseTTL) }
+
+// testShardingConfigFor is the test sharding config for a lease of ttl.
+func testShardingConfigFor(ttl time.Duration) sharding.Config {
+	cfg := sharding.DefaultConfigFor(ttl)
 	cfg.Detachment.RecoverWindow = 500 * time.Millisecond
 	cfg.RebalanceDebounce = 50 * time.Millisecond
 	cfg.RebalanceInterval = 2 * time.Second

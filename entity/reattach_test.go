@@ -21,6 +21,7 @@ import (
 func TestDetachReattachUnderLoadLosesNothing(t *testing.T) {
 	e := newEnv(t, 4)
 	e.ecfg.ReconcileInterval = 10 * time.Minute
+	e.holdLeaseOpen()
 	n := e.start("solo", e.standard)
 	e.waitOwned(10 * time.Second)
 
