@@ -10,7 +10,7 @@ import entities from "./views/entities.js";
 import tasks from "./views/tasks.js";
 import schedules from "./views/schedules.js";
 import config from "./views/config.js";
-import { when, clock } from "./dom.js";
+import { clock } from "./dom.js";
 
 const views = {
   cluster: ["Cluster", cluster], shards: ["Shards", shards], timeline: ["Timeline", timeline],
@@ -201,7 +201,7 @@ async function refresh() {
     if (g === gen && polled !== false) {
       banner(null);
       lastGood = new Date();
-      $("last-updated").replaceWith(stamp(lastGood));
+      stamp(lastGood);
     }
   } catch (e) {
     if (g === gen) banner(e);
@@ -212,12 +212,12 @@ async function refresh() {
   }
 }
 
+// stamp shows the time of the last good poll (null: none yet).
 function stamp(d) {
-  const t = d ? when(d.toISOString()) : document.createElement("time");
-  if (!d) t.textContent = "never";
-  t.id = "last-updated";
-  t.setAttribute("data-testid", "last-updated");
-  return t;
+  const t = $("last-updated");
+  t.textContent = d ? clock(d) : "never";
+  if (d) t.dateTime = t.title = d.toISOString();
+  else t.removeAttribute("datetime");
 }
 
 function banner(e) {
@@ -251,7 +251,7 @@ function route() {
   gen++;
   clearTimeout(timer);
   lastGood = null;
-  $("last-updated").replaceWith(stamp(null));
+  stamp(null);
   banner(null);
   for (const a of document.querySelectorAll("nav.views a")) {
     if (a.getAttribute("href") === "#/" + name) a.setAttribute("aria-current", "page");

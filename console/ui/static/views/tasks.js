@@ -38,7 +38,7 @@ export default function tasks(ctx) {
   const detail = h("aside", { class: "panel", testid: "task-detail", id: "task-detail", hidden: true, "aria-label": "Task detail" });
   const el = h("section", { class: "view" },
     h("h1", {}, "Tasks"),
-    h("form", { class: "filters", role: "search", "aria-label": "Filter tasks", onsubmit: apply },
+    h("form", { class: "filters", role: "search", "aria-label": "Filter tasks", onsubmit: apply, onchange: apply },
       h("label", { for: "task-status" }, "Status"), status,
       h("label", { for: "task-type" }, "Type"), type,
       h("label", { for: "task-entity" }, "Entity"), entity,
@@ -59,9 +59,13 @@ export default function tasks(ctx) {
     return { status: status.value, type: type.value.trim(), entity: entity.value.trim(), older_than: older.value.trim(), group: group.value.trim() };
   }
 
+  // apply runs on submit and on every change (a select picked, a field
+  // left): the list follows the filters without a separate step.
   function apply(e) {
     e.preventDefault();
-    filter = read();
+    const f = read();
+    if (e.type === "change" && JSON.stringify(f) === JSON.stringify(filter)) return;
+    filter = f;
     cursors = [""];
     last = "";
     ctx.setQuery(new URLSearchParams(Object.entries(filter).filter(([, v]) => v)).toString());
