@@ -195,10 +195,15 @@ func TestNothingFromElsewhere(t *testing.T) {
 		}
 	}
 	index := read(t, "index.html")
-	for _, re := range []*regexp.Regexp{regexp.MustCompile(`<script(?:\s[^>]*)?>\s*[^<\s]`), regexp.MustCompile(`<script(?:(?:\s[^>]*)?[^c]|)>`),
-		regexp.MustCompile(`(?i)\sstyle\s*=`), regexp.MustCompile(`(?i)\son[a-z]+\s*=`), regexp.MustCompile(`(?i)<style`)} {
-		if m := re.FindString(index); m != "" && !strings.Contains(m, "src=") {
-			t.Errorf("index.html has inline script or style: %q", m)
+	// Every script is an external file: <script ... src="…"></script>.
+	for _, m := range regexp.MustCompile(`(?is)<script\b([^>]*)>(.*?)</script>`).FindAllStringSubmatch(index, -1) {
+		if !strings.Contains(m[1], `src="`) || strings.TrimSpace(m[2]) != "" {
+			t.Errorf("index.html has an inline script: %.80q", m[0])
+		}
+	}
+	for _, re := range []*regexp.Regexp{regexp.MustCompile(`(?i)\sstyle\s*=`), regexp.MustCompile(`(?i)\son[a-z]+\s*=`), regexp.MustCompile(`(?i)<style`)} {
+		if m := re.FindString(index); m != "" {
+			t.Errorf("index.html has an inline style or handler: %q", m)
 		}
 	}
 	unsafe := regexp.MustCompile(`innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|setAttribute\(\s*"style"|javascript:`)
