@@ -73,7 +73,7 @@ type Runner struct {
 	dynamic    dynamicState
 	draining   bool
 	registered bool
-	act        activity // served calls and completed tasks, sampled (timeline.go)
+	act        activity // served calls and completed tasks, sampled (activity.go)
 }
 
 // dynamicState is the dynamic config in force.
