@@ -188,7 +188,10 @@ func unavailable(what string, err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, ErrNotRunning):
+		return NewError(http.StatusServiceUnavailable, CodeNotAvailable, fmt.Errorf("%s: %w", what, err))
+	case errors.Is(err, context.DeadlineExceeded):
 		return NewError(http.StatusGatewayTimeout, CodeTimeout, fmt.Errorf("%s: %w", what, err))
 	}
 	return NewError(http.StatusServiceUnavailable, CodeUnavailable, fmt.Errorf("%s: %w", what, err))

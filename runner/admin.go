@@ -200,7 +200,11 @@ func (r *Runner) Handler() http.Handler {
 	if api, err := r.consoleAPI(auth); err != nil {
 		r.log.Error("console API not served", "err", err)
 	} else {
-		mux.Handle(console.Prefix, api.Handler())
+		// By method, so that the pages' "GET /ui/" does not conflict
+		// with the API's prefix: each of these is more specific.
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+			mux.Handle(method+" "+console.Prefix, api.Handler())
+		}
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
 		http.Redirect(w, req, "/ui/", http.StatusFound)

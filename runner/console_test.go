@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +388,37 @@ func TestResidentEndpoint(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Errorf("GET /: %d to %q, want a redirect to /ui/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestConsoleMounts: the admin handler serves the console's API before
+// the runner runs (503 not_available where it needs the running parts,
+// the session at once), redirects / to /ui/, and leaves GET /ui/ to the
+// pages: registering it on the same mux does not conflict.
+func TestConsoleMounts(t *testing.T) {
+	r := newIdleRunner(t, "admin.token="+consoleToken)
+	h := r.Handler()
+	mux, ok := h.(*http.ServeMux)
+	if !ok {
+		t.Fatalf("Handler is a %T, want the *http.ServeMux the pages mount on", h)
+	}
+	mux.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "pages") }))
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{http.MethodGet, "/ui/api/session", http.StatusOK, `"auth_configured":true`},
+		{http.MethodGet, "/ui/api/cluster", http.StatusServiceUnavailable, `"code":"not_available"`},
+		{http.MethodPost, "/ui/api/runners/x/drain", http.StatusUnauthorized, `"code":"unauthorized"`},
+		{http.MethodGet, "/ui/", http.StatusOK, "pages"},
+		{http.MethodGet, "/ui/index.html", http.StatusOK, "pages"},
+		{http.MethodGet, "/", http.StatusFound, ""},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.body) {
+			t.Errorf("%s %s: %d %s, want %d with %s", tc.method, tc.path, rec.Code, rec.Body, tc.code, tc.body)
+		}
 	}
 }
