@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenurehq/tenure/console"
+	"github.com/tenurehq/tenure/console/ui"
 	"github.com/tenurehq/tenure/entity"
 )
 
@@ -131,7 +133,8 @@ func (r *Runner) Status() Status {
 // Handler returns the admin HTTP handler: /metrics, /healthz, /readyz
 // (200 only when registered and attached), /debug/status and
 // /debug/timeline (behind the admin auth when admin.protect_reads), the
-// console's JSON API under /ui/api/ (console.go; GET / redirects to /ui/),
+// console: its pages under /ui/ and its JSON API under /ui/api/
+// (console.go; GET / redirects to /ui/),
 // behind the data-plane credential (callauth.go) the entity calls of POST
 // /v1/entities/{type}/{id}[/{op}], and, behind the admin auth
 // (adminauth.go), POST /admin/drain, GET
@@ -206,8 +209,11 @@ func (r *Runner) Handler() http.Handler {
 			mux.Handle(method+" "+console.Prefix, api.Handler())
 		}
 	}
+	// The console's pages: static, embedded, open (they hold no data;
+	// what they show comes from the API, under its access rules).
+	mux.Handle("GET "+ui.Prefix, http.StripPrefix(strings.TrimSuffix(ui.Prefix, "/"), ui.Handler()))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
-		http.Redirect(w, req, "/ui/", http.StatusFound)
+		http.Redirect(w, req, ui.Prefix, http.StatusFound)
 	})
 	return mux
 }

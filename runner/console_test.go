@@ -398,11 +398,6 @@ func TestResidentEndpoint(t *testing.T) {
 func TestConsoleMounts(t *testing.T) {
 	r := newIdleRunner(t, "admin.token="+consoleToken)
 	h := r.Handler()
-	mux, ok := h.(*http.ServeMux)
-	if !ok {
-		t.Fatalf("Handler is a %T, want the *http.ServeMux the pages mount on", h)
-	}
-	mux.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "pages") }))
 	for _, tc := range []struct {
 		method, path string
 		code         int
@@ -411,8 +406,9 @@ func TestConsoleMounts(t *testing.T) {
 		{http.MethodGet, "/ui/api/session", http.StatusOK, `"auth_configured":true`},
 		{http.MethodGet, "/ui/api/cluster", http.StatusServiceUnavailable, `"code":"not_available"`},
 		{http.MethodPost, "/ui/api/runners/x/drain", http.StatusUnauthorized, `"code":"unauthorized"`},
-		{http.MethodGet, "/ui/", http.StatusOK, "pages"},
-		{http.MethodGet, "/ui/index.html", http.StatusOK, "pages"},
+		{http.MethodGet, "/ui/", http.StatusOK, `<script type="module" src="app.js">`},
+		{http.MethodGet, "/ui/index.html", http.StatusOK, `<script type="module" src="app.js">`},
+		{http.MethodGet, "/ui/app.js", http.StatusOK, "/ui/api/"},
 		{http.MethodGet, "/", http.StatusFound, ""},
 	} {
 		rec := httptest.NewRecorder()
