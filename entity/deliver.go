@@ -492,6 +492,7 @@ func (m *messenger) runTurn(c *call, kind string) (reply []byte, err error) {
 		m.s.leaveTurnLocked(c)
 		m.s.mu.Unlock()
 	}
+	m.h.metrics.served.Add(1)
 	switch {
 	case err == nil:
 		m.h.metrics.messages(kind, msgOK).Inc()

@@ -1,6 +1,10 @@
 package entity
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Task outcomes, the values of the outcome label.
 const (
@@ -50,11 +54,20 @@ type metrics struct {
 	stateBytes   prometheus.Histogram
 	stateLoadDur prometheus.Histogram
 	stateSaveDur prometheus.Histogram
+
+	// served and completed count the messages whose handler ran to an end
+	// (any outcome) and the task attempts that completed: Host.Activity
+	// reads them, cheaper than gathering the series.
+	served    atomic.Uint64
+	completed atomic.Uint64
 }
 
 // attempt counts one attempt of a task of type typ ending with outcome.
 func (m *metrics) attempt(typ, outcome string) {
 	v := m.types.value(typ)
+	if outcome == outcomeCompleted {
+		m.completed.Add(1)
+	}
 	m.attempts.WithLabelValues(v, outcome).Inc()
 	m.tasksOld.WithLabelValues(v, outcome).Inc()
 }

@@ -127,14 +127,34 @@ func TestRefusalFollowsHint(t *testing.T) {
 
 func TestRefusedUntilDeadline(t *testing.T) {
 	testenv.CheckLeaks(t)
-	a := &fake{name: "a", fn: refuser(make(chan struct{}, 1))}
+	refused := make(chan struct{}, 16)
+	a := &fake{name: "a", fn: refuser(refused)}
 	v := newView()
 	v.runner("a", serve(t, a))
 	v.lock("a", 5)
 	c, reg := v.client(t)
-	ctx, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Second)
 	defer cancel()
+	// The deadline must end the call between its attempts: one in flight
+	// at the deadline ends "outcome unknown", rightly, and a loaded
+	// machine can stretch an attempt over most of a short deadline. So
+	// once the runner has refused twice (the client retried after a
+	// backoff), the shard loses its holder in the table: the client waits
+	// for a holder, with a refusal as its last answer, until the deadline.
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		for range 2 {
+			select {
+			case <-refused:
+			case <-ctx.Done():
+				return
+			}
+		}
+		v.unlock()
+	}()
 	_, err := c.Call(ctx, "echo", "e1", nil)
+	<-moved
 	if !errors.Is(err, entity.ErrRefused) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Call: %v; want a refusal at the deadline", err)
 	}

@@ -32,6 +32,11 @@ type lateReader struct {
 	paused  atomic.Bool
 	release chan struct{}
 	once    sync.Once
+	// early: while paused, a write other than the marker's failed
+	// first (grpc flushed a frame of its own to the dead socket), so
+	// grpc learnt of the close before the call: not the interleaving
+	// under test.
+	early atomic.Bool
 }
 
 func (l *lateReader) Read(b []byte) (int, error) {
@@ -44,6 +49,9 @@ func (l *lateReader) Read(b []byte) (int, error) {
 
 func (l *lateReader) Write(b []byte) (int, error) {
 	n, err := l.Conn.Write(b)
+	if l.paused.Load() && err != nil && !bytes.Contains(b, l.marker) {
+		l.early.Store(true)
+	}
 	if l.paused.Load() && (err != nil || bytes.Contains(b, l.marker)) {
 		l.once.Do(func() { close(l.release) })
 	}
@@ -106,23 +114,45 @@ func TestCallOnConnectionClosedByPeerIsNotSent(t *testing.T) {
 		_, res, err := c.attemptRemote(ctx, &call{kind: kindCall, typ: "echo", id: "e1", body: body}, owner)
 		return res, err
 	}
-	if res, err := attempt([]byte("warm")); res != finished || err != nil {
-		t.Fatalf("first call: %v, %v; want a reply", res, err)
-	}
+	// grpc may flush a frame of its own (a window update, a ping's ack)
+	// to the socket after the close and learn of it before the call,
+	// which is then refused a new connection: not sent either, but not
+	// the interleaving under test. That round is set up again, at most
+	// five times.
+	warm := 0
+	for round := 1; ; round++ {
+		proxy.SetMode(testenv.Pass)
+		warm++
+		// After a round set up again, the pool connects anew: a first
+		// attempt may find the connection still being replaced.
+		var res result
+		var err error
+		testenv.WaitFor(t, "a first call answered", 10*time.Second, func() bool {
+			res, err = attempt([]byte("warm"))
+			return res == finished || round == 1
+		})
+		if res != finished || err != nil {
+			t.Fatalf("round %d: first call: %v, %v; want a reply", round, res, err)
+		}
+		l := sock.Load()
+		l.paused.Store(true)
+		proxy.SetMode(testenv.Reset) // the runner's end closes, as at a SIGKILL
+		tc := l.Conn.(*trackedConn)
+		// The kernel has the FIN at once; the wait's bound is for a machine
+		// too loaded to poll (make test failed it once at 5 s).
+		testenv.WaitFor(t, "the kernel sees the peer's close", 30*time.Second, func() bool { return peerGone(tc.raw) })
 
-	l := sock.Load()
-	l.paused.Store(true)
-	proxy.SetMode(testenv.Reset) // the runner's end closes, as at a SIGKILL
-	tc := l.Conn.(*trackedConn)
-	// The kernel has the FIN at once; the wait's bound is for a machine
-	// too loaded to poll (make test failed it once at 5 s).
-	testenv.WaitFor(t, "the kernel sees the peer's close", 30*time.Second, func() bool { return peerGone(tc.raw) })
-
-	res, err := attempt(marker)
-	if res != notSent || errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, errNotWritten) {
-		t.Fatalf("call on the closed connection: result %d, %v; want not sent (%d), the request not written", res, err, notSent)
+		res, err = attempt(marker)
+		if l.early.Load() && round < 5 {
+			t.Logf("round %d: grpc wrote to the closed socket before the call (%v, %v); setting it up again", round, res, err)
+			continue
+		}
+		if res != notSent || errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, errNotWritten) {
+			t.Fatalf("call on the closed connection: result %d, %v; want not sent (%d), the request not written", res, err, notSent)
+		}
+		break
 	}
-	if n := delivered.Load(); n != 1 {
-		t.Fatalf("%d deliveries, want 1 (the first call)", n)
+	if n := delivered.Load(); n != int64(warm) {
+		t.Fatalf("%d deliveries, want %d (the first calls of each round)", n, warm)
 	}
 }

@@ -151,6 +151,13 @@ func (v *view) lock(id string, epoch int64) {
 		Kind: storage.EventPut, Shard: shard0, Lock: storage.ShardLock{Shard: shard0, RunnerID: id, Epoch: epoch}, Revision: v.rev}}}})
 }
 
+// unlock removes shard0's lock: the shard has no holder.
+func (v *view) unlock() {
+	v.rev++
+	v.tbl.Apply(storage.MembershipBatch{Revision: v.rev, Events: []storage.MembershipEvent{{Lock: &storage.LockEvent{
+		Kind: storage.EventDelete, Shard: shard0, Revision: v.rev}}}})
+}
+
 // client returns a Client on v's table, closed at cleanup, and the registry
 // its metrics are in.
 func (v *view) client(t testing.TB, opts ...messaging.Option) (*messaging.Client, *prometheus.Registry) {

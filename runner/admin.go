@@ -8,10 +8,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tenurehq/tenure/console"
+	"github.com/tenurehq/tenure/console/ui"
 	"github.com/tenurehq/tenure/entity"
 )
 
@@ -54,6 +57,17 @@ type Status struct {
 	// UnhandledTypes are the types of due tasks it left pending lately
 	// for want of a handler (entity.Host.UnhandledTypes).
 	UnhandledTypes []string `json:"unhandled_types"`
+	// ResidentEntities counts the entity instances in memory.
+	ResidentEntities int `json:"resident_entities"`
+	// CallsPerSecond and TasksPerSecond are the rates of the entity
+	// messages this runner's entities served and of the task attempts
+	// that completed here, over the last 10 seconds (null until the
+	// runner has measured them).
+	CallsPerSecond *float64 `json:"calls_per_second"`
+	TasksPerSecond *float64 `json:"tasks_per_second"`
+	// RolloutBucket is RolloutBucket(RunnerID): a dynamic config change
+	// rolled out to p percent reaches the runner when it is below p.
+	RolloutBucket int `json:"rollout_bucket"`
 }
 
 // Status returns the runner's state.
@@ -75,7 +89,9 @@ func (r *Runner) Status() Status {
 		ConfigRevision: r.dynamic.revision,
 		StaticConfig:   r.cfg.StaticSettings(),
 		CallAddr:       r.calls.advertise(r.cfg),
+		RolloutBucket:  RolloutBucket(r.cfg.RunnerID),
 	}
+	st.CallsPerSecond, st.TasksPerSecond = r.act.rates()
 	r.mu.Unlock()
 	if st.Draining {
 		st.Weight = 0
@@ -86,6 +102,7 @@ func (r *Runner) Status() Status {
 		st.Types = host.Types()
 		st.Singletons = host.Singletons()
 		st.UnhandledTypes = host.UnhandledTypes()
+		st.ResidentEntities = host.ResidentCount()
 	}
 	if mgr == nil {
 		return st
@@ -114,12 +131,21 @@ func (r *Runner) Status() Status {
 }
 
 // Handler returns the admin HTTP handler: /metrics, /healthz, /readyz
-// (200 only when registered and attached), /debug/status, behind the
-// data-plane credential (callauth.go) the entity calls of POST
+// (200 only when registered and attached), /debug/status and
+// /debug/timeline (behind the admin auth when admin.protect_reads), the
+// console: its pages under /ui/ and its JSON API under /ui/api/
+// (console.go; GET / redirects to /ui/),
+// behind the data-plane credential (callauth.go) the entity calls of POST
 // /v1/entities/{type}/{id}[/{op}], and, behind the admin auth
-// (adminauth.go), POST /admin/drain and /debug/pprof/.
+// (adminauth.go), POST /admin/drain, GET
+// /debug/shards/{group}/{index}/resident and /debug/pprof/.
 func (r *Runner) Handler() http.Handler {
 	auth := newAdminAuth(r.cfg.Admin, r.log)
+	// reads is the access rule of the state the runner shows of itself.
+	reads := func(h http.Handler) http.Handler { return h }
+	if r.cfg.Admin.ProtectReads {
+		reads = auth.require
+	}
 	mux := http.NewServeMux()
 	registerPprof(mux, auth.require)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.gatherer, promhttp.HandlerOpts{Registry: r.reg}))
@@ -142,12 +168,16 @@ func (r *Runner) Handler() http.Handler {
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ready": ready, "reason": reason})
 	})
-	mux.HandleFunc("GET /debug/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /debug/status", reads(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(r.Status())
-	})
+	})))
+	mux.Handle("GET /debug/timeline", reads(console.TimelineHandler(r.timeline)))
+	// Entity ids are user data: behind the admin auth whatever
+	// protect_reads says.
+	mux.Handle("GET /debug/shards/{group}/{index}/resident", auth.require(http.HandlerFunc(r.serveResident)))
 	// Entity calls over HTTP + JSON, for callers without gRPC: through the
 	// runner's messaging client, so any runner reaches every entity. The
 	// whole prefix is behind the data-plane credential (callauth.go);
@@ -163,21 +193,45 @@ func (r *Runner) Handler() http.Handler {
 		cs.http.ServeHTTP(w, req)
 	})))
 	mux.Handle("POST /admin/drain", auth.require(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if mgr, _ := r.parts(); mgr == nil {
-			http.Error(w, "not running", http.StatusServiceUnavailable)
+		if err := r.startDrain(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DrainTimeout.Std())
-			defer cancel()
-			if err := r.Drain(ctx); err != nil {
-				r.log.Warn("drain requested over HTTP did not complete", "err", err)
-			}
-		}()
 		w.WriteHeader(http.StatusAccepted)
 		fmt.Fprintln(w, "draining")
 	})))
+	if api, err := r.consoleAPI(auth); err != nil {
+		r.log.Error("console API not served", "err", err)
+	} else {
+		// By method, so that the pages' "GET /ui/" does not conflict
+		// with the API's prefix: each of these is more specific.
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+			mux.Handle(method+" "+console.Prefix, api.Handler())
+		}
+	}
+	// The console's pages: static, embedded, open (they hold no data;
+	// what they show comes from the API, under its access rules).
+	mux.Handle("GET "+ui.Prefix, http.StripPrefix(strings.TrimSuffix(ui.Prefix, "/"), ui.Handler()))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
+		http.Redirect(w, req, ui.Prefix, http.StatusFound)
+	})
 	return mux
+}
+
+// startDrain starts a drain in the background, bounded by drain_timeout
+// (the admin endpoint's and the console's action).
+func (r *Runner) startDrain() error {
+	if mgr, _ := r.parts(); mgr == nil {
+		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, console.ErrNotRunning)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DrainTimeout.Std())
+		defer cancel()
+		if err := r.Drain(ctx); err != nil {
+			r.log.Warn("drain requested over HTTP did not complete", "err", err)
+		}
+	}()
+	return nil
 }
 
 func (r *Runner) startAdmin() error {

@@ -12,13 +12,16 @@ import (
 	"strings"
 )
 
-// The admin API's mutating endpoints (POST /admin/drain) and pprof change
-// the cluster or expose the process, so they require credentials: a
-// bearer token (admin.token or admin.token_file) or, when the admin server
-// serves HTTPS, a client certificate verified by admin.client_ca_file. A
-// runner with neither refuses them (403): no unauthenticated drain by
-// default. /metrics, /healthz, /readyz and /debug/status stay open for
-// probes and scrapers. POST /v1/entities/... is the data plane, with a
+// The admin API's mutating endpoints (POST /admin/drain), pprof, the
+// user-data endpoints (GET /debug/shards/…/resident, the console's entity
+// and task views) and the console's actions change the cluster, expose
+// the process or show user data, so they require credentials: a bearer
+// token (admin.token or admin.token_file) or, when the admin server serves
+// HTTPS, a client certificate verified by admin.client_ca_file. A runner
+// with neither refuses them (403): no unauthenticated drain by default.
+// /metrics, /healthz and /readyz stay open for probes and scrapers, and so
+// do /debug/status, /debug/timeline and the console's shape views unless
+// admin.protect_reads. POST /v1/entities/... is the data plane, with a
 // credential of its own (callauth.go).
 
 // adminAuth decides whether a request may reach a protected endpoint.
@@ -70,6 +73,21 @@ func (a *adminAuth) require(h http.Handler) http.Handler {
 	})
 }
 
+// authorized reports whether the request carries a valid credential: a
+// client certificate verified under mTLS, or the bearer token.
+func (a *adminAuth) authorized(req *http.Request) (bool, error) {
+	if a.mtls && req.TLS != nil && len(req.TLS.VerifiedChains) > 0 {
+		return true, nil
+	}
+	return a.bearer(req)
+}
+
+// consoleAuth is the console's view of the admin auth.
+type consoleAuth struct{ a *adminAuth }
+
+func (c consoleAuth) Configured() bool                           { return c.a.configured() }
+func (c consoleAuth) Authorized(req *http.Request) (bool, error) { return c.a.authorized(req) }
+
 // bearer reports whether the request's bearer token is the admin token.
 func (a *adminAuth) bearer(req *http.Request) (bool, error) { return bearerMatches(req, a.token) }
 
@@ -104,6 +122,9 @@ func (c Config) validateAdmin() []error {
 	}
 	if a.ClientCAFile != "" && a.CertFile == "" {
 		bad("admin.client_ca_file", a.ClientCAFile, "client certificates need the admin server to serve HTTPS: set admin.cert_file and admin.key_file")
+	}
+	if a.ProtectReads && a.Token == "" && a.TokenFile == "" && a.ClientCAFile == "" {
+		bad("admin.protect_reads", true, "needs an admin credential to protect the reads with: set admin.token (or admin.token_file, TENURE_ADMIN_TOKEN) or admin.client_ca_file")
 	}
 	if (a.ClientCertFile == "") != (a.ClientKeyFile == "") {
 		bad("admin.client_cert_file", a.ClientCertFile, "client_cert_file and client_key_file go together")

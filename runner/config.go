@@ -213,8 +213,11 @@ type LogConfig struct {
 }
 
 // AdminConfig secures the admin API's mutating endpoints (POST
-// /admin/drain) and pprof; /metrics, /healthz, /readyz and /debug/status
-// stay open. The CLI reads the same keys to authenticate.
+// /admin/drain), pprof, the user-data endpoints (the console's entity and
+// task views, a shard's resident entities) and the console's actions;
+// /metrics, /healthz, /readyz, /debug/status, /debug/timeline and the
+// console's shape views stay open unless ProtectReads. The CLI reads the
+// same keys to authenticate.
 type AdminConfig struct {
 	// Token is the bearer token mutating requests must carry
 	// (Authorization: Bearer TOKEN); secret, prefer TokenFile or the
@@ -234,6 +237,11 @@ type AdminConfig struct {
 	CAFile         string `yaml:"ca_file"`
 	ClientCertFile string `yaml:"client_cert_file"`
 	ClientKeyFile  string `yaml:"client_key_file"`
+	// ProtectReads makes /debug/status, /debug/timeline and the console's
+	// shape views (cluster, shards, timeline, schedules, config) need the
+	// admin credential too; /metrics, /healthz and /readyz stay open. It
+	// needs a credential configured (Token, TokenFile or ClientCAFile).
+	ProtectReads bool `yaml:"protect_reads"`
 }
 
 // BearerToken returns the admin token: Token, else TokenFile's content

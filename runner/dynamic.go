@@ -73,10 +73,12 @@ func (r *Runner) applyDynamic(raw []byte, revision int64) {
 		return
 	}
 	mgr, _ := r.parts()
+	before := mgr.Machine().Config().Mode
 	if err := mgr.Machine().SetConfig(det); err != nil {
 		r.rejectDynamic(revision, err)
 		return
 	}
+	r.recordMode(before, det.Mode, doc.Version)
 	r.mu.Lock()
 	changed := r.dynamic.version != doc.Version || r.dynamic.canary != canary
 	r.dynamic = dynamicState{version: doc.Version, canary: canary, revision: revision}

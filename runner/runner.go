@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tenurehq/tenure/console"
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/lifecycle"
@@ -64,10 +65,15 @@ type Runner struct {
 	// address (advertise.go); tests replace it.
 	lookup hostLookup
 
+	// timeline records the runner's recent events (timeline.go), served
+	// at GET /debug/timeline.
+	timeline *console.Timeline
+
 	mu         sync.Mutex
 	dynamic    dynamicState
 	draining   bool
 	registered bool
+	act        activity // served calls and completed tasks, sampled (activity.go)
 }
 
 // dynamicState is the dynamic config in force.
@@ -143,7 +149,7 @@ func New(cfg Config, opts ...Option) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, types: &entity.Types{}, life: newLife(), lookup: systemLookup()}
+	r := &Runner{cfg: cfg, types: &entity.Types{}, life: newLife(), lookup: systemLookup(), timeline: console.NewTimeline(cfg.RunnerID, console.TimelineSize)}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -335,10 +341,12 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 		Types: host.Types(),
 	}
 	mgr, err := sharding.New(r.rs, self, meta, r.cfg.ShardingConfig(),
-		sharding.WithHandler(host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base))
+		sharding.WithHandler(host), sharding.WithRegistry(r.reg), sharding.WithLogger(r.base), sharding.WithEvents(r.recordLease))
 	if err != nil {
 		return err
 	}
+	// Before the manager runs, so that the timeline has every transition.
+	mgr.Machine().Subscribe(r.recordTransition)
 	r.mu.Lock()
 	r.mgr = mgr
 	r.mu.Unlock()
@@ -348,10 +356,12 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	work.Go("sharding manager", func(ctx context.Context) { runErr <- mgr.Run(ctx) })
 	work.Go("dynamic config watch", r.watchDynamic)
 	work.Go("type gap check", func(ctx context.Context) { r.warnTypeGaps(ctx, cs.table, self.Types) })
+	work.Go("activity sampler", r.sampleActivity)
 	r.mu.Lock()
 	r.registered = true
 	r.mu.Unlock()
 	r.life.up()
+	r.record(console.EventStarted, fmt.Sprintf("version %s, admin %s, calls %s", Version, r.advertise(), self.CallAddr))
 	r.log.Info("runner started", "cluster", r.cfg.Cluster, "admin", r.AdminAddr(), "calls", self.CallAddr, "version", Version, "s3_region", r.obj.Region())
 
 	select {
@@ -361,6 +371,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 	}
 	r.log.Info("stopping: draining shards", "timeout", r.cfg.DrainTimeout)
+	r.record(console.EventStopped, "stopping: draining shards, then revoking the lease")
 	graceful = true
 	return nil
 }
@@ -373,6 +384,7 @@ func (r *Runner) Drain(ctx context.Context) error {
 		return errors.New("runner: not running")
 	}
 	r.setDraining()
+	r.record(console.EventDraining, "drain requested: handing the shards over")
 	return mgr.Drain(ctx)
 }
 

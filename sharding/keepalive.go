@@ -47,6 +47,7 @@ func (f *keepAliveFeed) result(res storage.KeepAliveResult, err error) {
 		m.machine.KeepAliveOK(f.lease, res.SentAt, res.TTL)
 		if f.streak > 0 {
 			m.log.Info("lease keep-alive recovered", "after_failures", f.streak, "deadline_lag", f.deadlineLag())
+			m.emit(Event{Kind: EventKeepAliveRecovered, At: time.Now(), LeaseID: f.lease, Streak: f.streak})
 		}
 		f.streak = 0
 		m.metrics.keepAliveStreak.Set(0)
@@ -57,11 +58,13 @@ func (f *keepAliveFeed) result(res storage.KeepAliveResult, err error) {
 		m.metrics.leaseLost.Inc()
 		m.log.Warn("lease lost; detaching and registering again", "lease", fmt.Sprintf("%x", f.lease), "err", err)
 		m.machine.LeaseLost(f.lease)
+		m.emit(Event{Kind: EventLeaseLost, At: time.Now(), LeaseID: f.lease, Streak: f.streak, Err: err})
 		m.reregister.fire()
 	default:
 		m.machine.KeepAliveFailed(f.lease, err)
 		if f.streak == 0 {
 			m.log.Warn("lease keep-alive failing", "deadline_lag", f.deadlineLag(), "err", err)
+			m.emit(Event{Kind: EventKeepAliveFailed, At: time.Now(), LeaseID: f.lease, Streak: 1, Err: err})
 		}
 		f.failed()
 	}

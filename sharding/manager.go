@@ -43,6 +43,7 @@ type Manager struct {
 	machine *detachment.Machine
 	metrics *metrics
 	notify  *notifier
+	events  func(Event) // WithEvents's, nil for none
 
 	rebalanceSoon trigger // debounced membership change or explicit request
 	attachSoon    trigger // the machine re-attached
@@ -67,6 +68,9 @@ type Manager struct {
 	// See membership.go.
 	viewRev    int64
 	assignment placement.Assignment
+	// history keeps each shard's recent lock changes (lockhistory.go),
+	// recorded as the view absorbs them.
+	history lockHistory
 	// streamInSync: the membership stream has delivered a listing and
 	// reported no break since, so a change of any lock of ours reaches
 	// the loop as an event (see refreshLocks). Loop goroutine only.
@@ -85,6 +89,7 @@ type managerOptions struct {
 	registry prometheus.Registerer
 	logger   *slog.Logger
 	clock    detachment.Clock
+	events   func(Event)
 }
 
 // WithHandler sets the shard host (default NopHandler).
@@ -165,6 +170,8 @@ func New(store Store, self storage.RunnerInfo, meta storage.ClusterMeta, cfg Con
 		self:          self,
 		shards:        newShardTable(),
 		runners:       map[string]storage.RunnerInfo{},
+		history:       newLockHistory(),
+		events:        o.events,
 	}
 	m.debounce = &debouncer{delay: cfg.RebalanceDebounce, t: m.rebalanceSoon}
 	m.metrics = newMetrics(o.registry, m.deadlineLag)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"time"
 
 	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
@@ -52,14 +53,16 @@ type absorbed struct {
 // overtaken the stream.
 func (m *Manager) absorbLocked(batches []storage.MembershipBatch) absorbed {
 	var a absorbed
+	now := time.Now()
 	for _, b := range batches {
 		if b.Listing {
 			if b.Revision > m.viewRev {
-				m.replaceViewLocked(b, &a)
+				m.replaceViewLocked(b, &a, now)
 				m.viewRev = b.Revision
 			}
 			continue
 		}
+		m.recordBatchLocked(b, now)
 		for _, ev := range b.Events {
 			if ev.Revision() <= m.viewRev {
 				continue
@@ -118,7 +121,7 @@ func (m *Manager) freeLocked(s storage.ShardID) {
 // replaceViewLocked makes a listing the view: runners and holders are
 // replaced, and every lock the view held that the listing lacks counts as
 // deleted at the listing's revision.
-func (m *Manager) replaceViewLocked(b storage.MembershipBatch, a *absorbed) {
+func (m *Manager) replaceViewLocked(b storage.MembershipBatch, a *absorbed, now time.Time) {
 	runners := map[string]storage.RunnerInfo{}
 	held := map[storage.ShardID]storage.ShardLock{}
 	for _, ev := range b.Events {
@@ -137,6 +140,7 @@ func (m *Manager) replaceViewLocked(b storage.MembershipBatch, a *absorbed) {
 			held[ev.Lock.Shard] = ev.Lock.Lock
 		}
 	}
+	m.recordListingLocked(held, runners, now)
 	if !maps.EqualFunc(runners, m.runners, sameRunner) {
 		a.runners = true
 	}

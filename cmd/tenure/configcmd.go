@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,8 +67,8 @@ and the version each runs.
 keys: `
 
 // configCASTries bounds how often `config set` re-reads the document after
-// losing a compare-and-swap to another writer.
-const configCASTries = 5
+// losing a compare-and-swap to another writer (runner.ConfigCASTries).
+const configCASTries = runner.ConfigCASTries
 
 func newConfigCmd(cli *CLI) *cobra.Command {
 	get := &cobra.Command{
@@ -187,7 +186,7 @@ func configSet(ctx context.Context, cli *CLI, args []string, rollout int, rollou
 	}
 	var notes []string
 	check := func(next runner.DynamicDoc) error {
-		var refusals []refusal
+		var refusals []runner.Refusal
 		refusals, notes = checkAgainstRunners(next, live)
 		if len(refusals) > 0 {
 			return refusedError(refusals)
@@ -332,86 +331,20 @@ func (c *configConn) liveRunners(ctx context.Context, cli *CLI) ([]liveRunner, e
 }
 
 // configStore is the part of the runner store `config set` writes with.
-type configStore interface {
-	Config(ctx context.Context) (storage.ConfigValue, error)
-	PutConfig(ctx context.Context, value []byte, prevRevision int64) (int64, error)
-}
+type configStore = runner.DynamicConfigStore
 
-// updateConfig applies change to the stored document (version 0 when
-// absent) and writes the result if the document has not changed since it
-// was read, re-reading and retrying up to configCASTries times otherwise.
-// The result is checked before it is written: on its own, then by check
-// (nil: none), the live runners' own check.
+// updateConfig applies change to the stored document and writes it with a
+// compare-and-swap, checked first on its own and then by check: the
+// shared rule of the CLI and the console (runner.UpdateDynamicConfig).
 func updateConfig(ctx context.Context, st configStore, change func(runner.DynamicDoc) (runner.DynamicDoc, error),
 	check func(runner.DynamicDoc) error) (runner.DynamicDoc, int64, error) {
-	var lost error
-	for range configCASTries {
-		cv, err := st.Config(ctx)
-		if err != nil {
-			return runner.DynamicDoc{}, 0, err
-		}
-		var cur runner.DynamicDoc
-		if cv.Value != nil {
-			// A stored document that decodes but fails the checks is
-			// still the base of the change: the checks below run on the
-			// result.
-			if cur, err = runner.ParseDynamicDoc(cv.Value); err != nil && cur.Version == 0 {
-				return runner.DynamicDoc{}, 0, fmt.Errorf("the stored dynamic config (etcd revision %d) does not decode; fix or delete it with etcdctl: %w", cv.Revision, flatten(err))
-			}
-		}
-		next, err := change(cur)
-		if err != nil {
-			return runner.DynamicDoc{}, 0, err
-		}
-		if err := next.Check(); err != nil {
-			return runner.DynamicDoc{}, 0, flatten(fmt.Errorf("version %d would be invalid; nothing written: %w", next.Version, err))
-		}
-		if check != nil {
-			if err := check(next); err != nil {
-				return runner.DynamicDoc{}, 0, err
-			}
-		}
-		b, err := json.Marshal(next)
-		if err != nil {
-			return runner.DynamicDoc{}, 0, err
-		}
-		rev, err := st.PutConfig(ctx, b, cv.Revision)
-		if errors.Is(err, storage.ErrPrecondition) {
-			lost = err
-			continue
-		}
-		if err != nil {
-			return runner.DynamicDoc{}, 0, err
-		}
-		return next, rev, nil
-	}
-	return runner.DynamicDoc{}, 0, fmt.Errorf("the document kept changing under us (%d tries); try again: %w", configCASTries, lost)
+	return runner.UpdateDynamicConfig(ctx, st, change, check)
 }
 
 // changeDoc returns d after setting kv (key → value) for rollout percent
-// of the runners: 100 makes the change (and any canary in progress)
-// everyone's base; less puts it in the canary on top of the base and the
-// canary in progress. It is here rather than in runner because only
-// `tenure config set` writes the document; runners only read it.
+// of the runners (runner.ChangeDynamicDoc).
 func changeDoc(d runner.DynamicDoc, kv map[string]string, rollout int, by string, now time.Time) runner.DynamicDoc {
-	next := runner.DynamicDoc{Version: d.Version + 1, Rollout: rollout, UpdatedAt: now.UTC(), UpdatedBy: by}
-	if rollout >= 100 {
-		next.Rollout = 100
-		next.Base = mergeLayers(d.Base, d.Canary, kv)
-		return next
-	}
-	next.Base = maps.Clone(d.Base)
-	next.Canary = mergeLayers(d.Base, d.Canary, kv)
-	return next
-}
-
-// mergeLayers returns the union of layers, a later layer's value winning.
-func mergeLayers(layers ...map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, l := range layers {
-		maps.Copy(out, l)
-	}
-	return out
+	return runner.ChangeDynamicDoc(d, runner.DynamicChange{Set: kv, Rollout: rollout, By: by, Now: now})
 }
 
 // addRunners adds the live runners to rep: the layer each gets, and the

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,9 +49,11 @@ the same --data): the runners require it on their mutating admin endpoints
 (drain, pprof) and the other commands send it. It also opens the runners'
 HTTP entity calls (call.http.open: POST /v1/entities/... needs no token on
 this local cluster). Once the runners have
-connected, it prints the endpoints on stdout (with -o json, one JSON line:
-event "ready", cluster, etcd, s3, bucket, config, runners [{id,
-admin_addr}]); logs go to stderr.
+connected, it prints the endpoints on stdout, with the web console's
+address on the first runner (its fragment carries the admin token, which
+the page keeps for the session); with -o json, one JSON line: event
+"ready", cluster, etcd, s3, bucket, config, runners [{id, admin_addr}],
+console_url. Logs go to stderr.
 `
 
 // devFlags are the flags of `tenure dev`.
@@ -104,6 +107,10 @@ type DevReady struct {
 	// --config or TENURE_CONFIG from another directory.
 	Config  string           `json:"config"`
 	Runners []DevReadyRunner `json:"runners"`
+	// ConsoleURL opens the web console on the first runner, with the admin
+	// token in the fragment (the page keeps it and the server never sees
+	// it); "" without runners.
+	ConsoleURL string `json:"console_url"`
 }
 
 // DevReadyRunner is one in-process runner of a DevReady.
@@ -181,6 +188,9 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 			return err
 		}
 		ready.Runners = append(ready.Runners, DevReadyRunner{ID: cfg.RunnerID, AdminAddr: cfg.AdminAddr})
+		if i == 1 {
+			ready.ConsoleURL = consoleURL(cfg.AdminAddr, token)
+		}
 		started = append(started, r)
 		wg.Go(func() {
 			if err := r.Run(ctx); err != nil {
@@ -217,11 +227,26 @@ func devText(r DevReady, defaultPath bool) string {
 	for _, rr := range r.Runners {
 		fmt.Fprintf(&b, "  runner %s admin http://%s\n", rr.ID, rr.AdminAddr)
 	}
+	if r.ConsoleURL != "" {
+		fmt.Fprintf(&b, "  console %s\n", r.ConsoleURL)
+	}
 	if !defaultPath {
 		fmt.Fprintf(&b, "Other tenure commands find this cluster with:\n  export %s=%s\n", ConfigEnv, shellQuote(r.Config))
 	}
 	b.WriteString("Ctrl-C to stop.")
 	return b.String()
+}
+
+// consoleURL is the web console's address on the runner at adminAddr,
+// with the admin token in the fragment: the page moves it to its session
+// storage and off the address bar, and a fragment never reaches the
+// server or its logs.
+func consoleURL(adminAddr, token string) string {
+	u := "http://" + adminAddr + "/ui/"
+	if token != "" {
+		u += "#token=" + url.QueryEscape(token)
+	}
+	return u
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -77,77 +76,23 @@ func gatherRunners(ctx context.Context, adm *admin, leases storage.LeaseReader, 
 	return out
 }
 
-// refusal is a live runner's refusal of a dynamic config document, as
-// `config set` predicts it before writing.
-type refusal struct {
-	err     error  // the *runner.DynamicRefusal
-	assumed string // how its settings were assumed, when it did not report them
+// checkAgainstRunners runs each live runner's own check of doc on the
+// settings it reports, or on its lease TTL when it does not report them
+// (runner.CheckAgainstRunners); it returns the refusals and notes on the
+// runners it could not check.
+func checkAgainstRunners(doc runner.DynamicDoc, runners []liveRunner) (refusals []runner.Refusal, notes []string) {
+	return runner.CheckAgainstRunners(doc, liveSettings(runners))
 }
 
-// checkAgainstRunners runs each live runner's own check of doc
-// (runner.DynamicDoc.ApplyTo) on the settings it reports, or, for a
-// runner that does not report them (unreachable, or older), on its lease
-// TTL as etcd granted it with the settings that follow from it. It returns
-// the refusals, by runner id, and notes on the runners it could not check.
-func checkAgainstRunners(doc runner.DynamicDoc, runners []liveRunner) (refusals []refusal, notes []string) {
-	for _, r := range runners {
-		settings, assumed := r.state.StaticConfig, ""
-		if !r.reachable() || len(settings) == 0 {
-			why := "did not report its settings"
-			if !r.reachable() {
-				why = "did not answer"
-			}
-			switch {
-			case r.lease != nil:
-				settings = map[string]string{"lease.ttl": r.lease.Granted.String()}
-				assumed = fmt.Sprintf("runner %s %s: checked against its lease TTL %s with the keep-alive settings that follow from it", r.ID, why, r.lease.Granted)
-			case errors.Is(r.leaseErr, storage.ErrNotFound):
-				continue // its lease has ended: it is gone
-			default:
-				notes = append(notes, fmt.Sprintf("runner %s %s and its lease could not be read (%v): not checked; it checks the document itself", r.ID, why, r.leaseErr))
-				continue
-			}
-		}
-		target, err := runner.DynamicTargetFrom(r.ID, settings)
-		if err != nil {
-			notes = append(notes, fmt.Sprintf("runner %s reports settings that do not parse (%v): not checked", r.ID, err))
-			continue
-		}
-		if _, _, err := doc.ApplyTo(target); err != nil {
-			refusals = append(refusals, refusal{err: err, assumed: assumed})
-		}
+// liveSettings is what the config checks know of the live runners.
+func liveSettings(runners []liveRunner) []runner.LiveRunner {
+	out := make([]runner.LiveRunner, len(runners))
+	for i, r := range runners {
+		out[i] = runner.LiveRunner{ID: r.ID, Reachable: r.reachable(), Settings: r.state.StaticConfig, Lease: r.lease, LeaseErr: r.leaseErr}
 	}
-	return refusals, notes
+	return out
 }
 
 // refusedError is the one line `config set` fails with when live runners
-// would refuse the document: the first refusal in full, and the other
-// runners that refuse it too.
-func refusedError(refusals []refusal) error {
-	first := refusals[0]
-	msg := "refused, nothing written: " + flatten(first.err).Error()
-	if first.assumed != "" {
-		msg += " [" + first.assumed + "]"
-	}
-	if n := len(refusals) - 1; n > 0 {
-		var others []string
-		for _, r := range refusals[1:] {
-			var dr *runner.DynamicRefusal
-			if errors.As(r.err, &dr) {
-				others = append(others, dr.RunnerID)
-			}
-		}
-		msg += fmt.Sprintf(" (%d other runner(s) refuse it too: %s)", n, strings.Join(others, ", "))
-	}
-	return &refusedErr{msg: msg, err: first.err}
-}
-
-// refusedErr keeps the refusal for errors.As while its message is the
-// summary.
-type refusedErr struct {
-	msg string
-	err error
-}
-
-func (e *refusedErr) Error() string { return e.msg }
-func (e *refusedErr) Unwrap() error { return e.err }
+// would refuse the document (runner.RefusedError).
+func refusedError(refusals []runner.Refusal) error { return runner.RefusedError(refusals) }

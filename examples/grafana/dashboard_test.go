@@ -11,10 +11,14 @@ import (
 	"testing"
 )
 
-// knownMetrics are the metric families the dashboard may query, with their
-// types: the names the code registers (checked by TestKnownMetricsExist)
-// in sharding/metrics.go, entity/metrics.go, storage/s3/metrics.go and
-// runner/dynamic.go.
+// knownMetrics are the metric families the code registers, with their
+// types: the families of sharding/metrics.go, entity/metrics.go,
+// entity/singleton.go, entity/reminder.go, entity/schedule/metrics.go,
+// messaging/metrics.go, storage/s3/metrics.go and runner/dynamic.go.
+// TestKnownMetricsExist holds the list to the code both ways (every name
+// registered, every registered tenure_ name listed, the types right), and
+// TestDashboardQueriesKnownMetrics requires a panel for each of them but
+// the deprecated ones.
 var knownMetrics = map[string]string{
 	"tenure_sharding_detached":                             "gauge",
 	"tenure_sharding_detachments_total":                    "counter",
@@ -50,8 +54,28 @@ var knownMetrics = map[string]string{
 	"tenure_tasks_wakeups_total":            "counter",
 	"tenure_tasks_interrupt_overruns_total": "counter",
 	"tenure_tasks_purged_total":             "counter",
+	"tenure_tasks_sweeps_total":             "counter",
 	"tenure_entity_resident":                "gauge",
 	"tenure_entity_passivations_total":      "counter",
+
+	"tenure_calls_total":                     "counter",
+	"tenure_call_reroutes_total":             "counter",
+	"tenure_call_duration_seconds":           "histogram",
+	"tenure_call_server_requests_total":      "counter",
+	"tenure_entity_messages_total":           "counter",
+	"tenure_entity_message_duration_seconds": "histogram",
+
+	"tenure_entity_state_loads_total":           "counter",
+	"tenure_entity_state_saves_total":           "counter",
+	"tenure_entity_state_bytes":                 "histogram",
+	"tenure_entity_state_load_duration_seconds": "histogram",
+	"tenure_entity_state_save_duration_seconds": "histogram",
+
+	"tenure_singleton_running":         "gauge",
+	"tenure_singleton_restarts_total":  "counter",
+	"tenure_entity_reminders_total":    "counter",
+	"tenure_schedule_fires_total":      "counter",
+	"tenure_schedule_fire_lag_seconds": "histogram",
 
 	"tenure_s3_requests_total":           "counter",
 	"tenure_s3_request_duration_seconds": "histogram",
@@ -59,21 +83,6 @@ var knownMetrics = map[string]string{
 	"tenure_runner_config_version": "gauge",
 	"tenure_runner_config_canary":  "gauge",
 	"tenure_runner_info":           "gauge",
-}
-
-// required are the series the dashboard must show: those an operator
-// needs first (docs/operations.md, "Metrics and alerts").
-var required = []string{
-	"tenure_sharding_detached", "tenure_sharding_detachments_total", "tenure_sharding_attachments_total",
-	"tenure_sharding_would_detach_total", "tenure_sharding_lease_keepalive_failure_streak",
-	"tenure_sharding_lease_keepalive_failures_total", "tenure_sharding_lease_deadline_lag_seconds",
-	"tenure_sharding_owned_shards", "tenure_sharding_assigned_shards",
-	"tenure_sharding_acquire_retry_attempts_total", "tenure_sharding_acquire_retry_window_exhausted_total",
-	"tenure_sharding_handoff_duration_seconds", "tenure_sharding_rebalance_duration_seconds",
-	"tenure_sharding_lease_keepalive_duration_seconds",
-	"tenure_tasks_attempts_total", "tenure_tasks_duration_seconds", "tenure_tasks_start_latency_seconds",
-	"tenure_tasks_running", "tenure_tasks_queued", "tenure_entity_resident", "tenure_entity_passivations_total",
-	"tenure_s3_requests_total", "tenure_s3_request_duration_seconds", "tenure_runner_config_version",
 }
 
 // deprecated are names the code still registers for one release under an
@@ -171,9 +180,10 @@ func family(name string) (string, bool) {
 // TestDashboardQueriesKnownMetrics: the dashboard parses as Grafana's
 // model; every query names only known metric series (a histogram through
 // its _bucket, _sum or _count series), uses the ${DS_PROMETHEUS} data
-// source, and has balanced brackets and quotes; panels have unique ids,
-// titles and positions inside the 24-column grid; and every required
-// series has a panel.
+// source, has balanced brackets and quotes, and takes the rate of a
+// counter or histogram series and of no gauge; panels have unique ids,
+// titles and positions inside the 24-column grid; and every known metric
+// family but the deprecated ones has a panel that queries it.
 func TestDashboardQueriesKnownMetrics(t *testing.T) {
 	d := load(t)
 	if d.Title == "" || d.UID == "" || d.SchemaVersion < 36 {
@@ -191,7 +201,6 @@ func TestDashboardQueriesKnownMetrics(t *testing.T) {
 	}
 	used := map[string]bool{}
 	ids := map[int]string{}
-	queries := 0
 	for _, p := range allPanels(d.Panels) {
 		if p.Title == "" {
 			t.Errorf("panel %d has no title", p.ID)
@@ -213,16 +222,16 @@ func TestDashboardQueriesKnownMetrics(t *testing.T) {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, tg := range p.Targets {
-			queries++
 			where := fmt.Sprintf("panel %q query %s", p.Title, tg.RefID)
 			if err := balanced(tg.Expr); err != nil {
 				t.Errorf("%s: %v in %s", where, err, tg.Expr)
 			}
-			names := metricName.FindAllString(tg.Expr, -1)
-			if len(names) == 0 {
+			locs := metricName.FindAllStringIndex(tg.Expr, -1)
+			if len(locs) == 0 {
 				t.Errorf("%s names no tenure metric: %s", where, tg.Expr)
 			}
-			for _, n := range names {
+			for _, loc := range locs {
+				n := tg.Expr[loc[0]:loc[1]]
 				fam, ok := family(n)
 				if !ok {
 					t.Errorf("%s: %s is not a known metric series (see knownMetrics)", where, n)
@@ -234,18 +243,48 @@ func TestDashboardQueriesKnownMetrics(t *testing.T) {
 				if knownMetrics[fam] == "histogram" && n == fam {
 					t.Errorf("%s: histogram %s queried without _bucket, _sum or _count", where, n)
 				}
+				// A counter's value, or a histogram series', is a running
+				// total: only its rate says anything. A gauge's rate is a
+				// mistake.
+				rated := rateCall.MatchString(tg.Expr[:loc[0]])
+				if cumulative := knownMetrics[fam] != "gauge"; cumulative && !rated {
+					t.Errorf("%s: %s is a %s: query its rate() or increase()", where, n, knownMetrics[fam])
+				} else if !cumulative && rated {
+					t.Errorf("%s: %s is a gauge: its rate() means nothing", where, n)
+				}
 				used[fam] = true
 			}
 		}
 	}
-	for _, n := range required {
-		if !used[n] {
-			t.Errorf("no panel shows %s", n)
+	var missing []string
+	for n := range knownMetrics {
+		if _, old := deprecated[n]; !old && !used[n] {
+			missing = append(missing, n)
 		}
 	}
-	if queries < len(required) {
-		t.Errorf("%d queries for %d required series", queries, len(required))
+	slices.Sort(missing)
+	for _, n := range missing {
+		t.Errorf("no panel queries %s", n)
 	}
+}
+
+// rateCall matches the text before a series name that is the argument of
+// rate(), irate() or increase().
+var rateCall = regexp.MustCompile(`\b(?:rate|irate|increase)\(\s*$`)
+
+// queried returns the metric families the dashboard's queries name.
+func queried(d dashboard) map[string]bool {
+	fams := map[string]bool{}
+	for _, p := range allPanels(d.Panels) {
+		for _, tg := range p.Targets {
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				if fam, ok := family(n); ok {
+					fams[fam] = true
+				}
+			}
+		}
+	}
+	return fams
 }
 
 // balanced checks brackets and double quotes, the mistakes a hand-edited

@@ -24,10 +24,13 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// recorder is a prometheus.Registerer that keeps the names of what is
-// registered with it: unlike a registry's Gather, it sees every family,
-// labelled ones that have no series yet included.
-type recorder struct{ names map[string]bool }
+// recorder is a prometheus.Registerer that keeps what is registered with
+// it: unlike a registry's Gather, it sees every family, labelled ones that
+// have no series yet included.
+type recorder struct {
+	names      map[string]string // name → type, "" until kinds is called
+	collectors []prometheus.Collector
+}
 
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
@@ -39,9 +42,10 @@ func (r *recorder) Register(c prometheus.Collector) error {
 	}()
 	for d := range ch {
 		if m := fqName.FindStringSubmatch(d.String()); m != nil {
-			r.names[m[1]] = true
+			r.names[m[1]] = ""
 		}
 	}
+	r.collectors = append(r.collectors, c)
 	return nil
 }
 
@@ -53,14 +57,54 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 
 func (r *recorder) Unregister(prometheus.Collector) bool { return true }
 
-// TestKnownMetricsExist: every name in knownMetrics is registered by the
-// code as it is: the entity host, the sharding manager and the S3 metrics
-// observer through their registry options, and a real runner (whose own
-// series it registers when it starts) through its registry. Metric names
-// the code registers that the dashboard does not know are logged, not
-// failed: a new metric need not have a panel at once.
+// kinds records the type of every recorded family: a vector's from its Go
+// type (an empty one exports nothing), any other collector's from what a
+// private registry gathers from it. It runs once the parts are built,
+// since gathering calls a GaugeFunc's function.
+func (r *recorder) kinds(t *testing.T) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range r.collectors {
+		switch c.(type) {
+		case *prometheus.CounterVec, *prometheus.GaugeVec, *prometheus.HistogramVec:
+		default:
+			if err := reg.Register(c); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		ch := make(chan *prometheus.Desc, 1)
+		c.Describe(ch)
+		name := fqName.FindStringSubmatch((<-ch).String())[1]
+		switch c.(type) {
+		case *prometheus.CounterVec:
+			r.names[name] = "counter"
+		case *prometheus.GaugeVec:
+			r.names[name] = "gauge"
+		case *prometheus.HistogramVec:
+			r.names[name] = "histogram"
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		r.names[mf.GetName()] = strings.ToLower(mf.GetType().String())
+	}
+}
+
+// TestKnownMetricsExist holds knownMetrics to the code, both ways, and
+// the dashboard to every family: the families are those registered by the
+// entity host, the sharding manager and the S3 metrics observer through
+// their registry options, and by a real runner (its own series, the call
+// client and server's, the schedules') through its registry. Every name
+// in knownMetrics is registered, with its type where the test can tell it
+// (a histogram or not for the runner's); every registered tenure_ family
+// is in knownMetrics; and every one but the deprecated has a panel that
+// queries it. A new metric fails this test until the dashboard shows it.
 func TestKnownMetricsExist(t *testing.T) {
-	rec := &recorder{names: map[string]bool{}}
+	rec := &recorder{names: map[string]string{}}
 	srv := testenv.SharedEtcd(t)
 	rs, err := etcd.New(srv.Client(t), etcd.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
@@ -82,27 +126,56 @@ func TestKnownMetricsExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	s3store.MetricsObserver(rec)
+	rec.kinds(t)
 
-	for name := range runnermetrics.Gather(t) {
-		rec.names[name] = true
-	}
-
-	for name := range knownMetrics {
-		if !rec.names[name] {
-			t.Errorf("%s: the dashboard queries it but the code registers no such metric", name)
+	// The runner's registry adds the families only it registers; it tells
+	// a histogram from the rest.
+	hist := map[string]bool{}
+	for name, isHist := range runnermetrics.Gather(t) {
+		hist[name] = isHist
+		if _, ok := rec.names[name]; !ok {
+			rec.names[name] = ""
 		}
-	}
-	var unknown []string
-	for name := range rec.names {
-		if _, ok := knownMetrics[name]; !ok && strings.HasPrefix(name, "tenure_") {
-			unknown = append(unknown, name)
-		}
-	}
-	slices.Sort(unknown)
-	if len(unknown) > 0 {
-		t.Logf("registered but not on the dashboard: %v", unknown)
 	}
 	if len(rec.names) < len(knownMetrics) {
 		t.Fatalf("recorded %d metric names: the recorder saw nothing?", len(rec.names))
+	}
+
+	for name, typ := range knownMetrics {
+		got, ok := rec.names[name]
+		switch {
+		case !ok:
+			t.Errorf("%s: the dashboard queries it but the code registers no such metric", name)
+		case got != "" && got != typ:
+			t.Errorf("%s: knownMetrics says %s, the code registers a %s", name, typ, got)
+		case got == "" && hist[name] != (typ == "histogram"):
+			t.Errorf("%s: knownMetrics says %s, the runner's registry says histogram=%v", name, typ, hist[name])
+		}
+		// Prometheus's naming rule, which the code follows: counters,
+		// and only they, end in _total.
+		if strings.HasSuffix(name, "_total") != (typ == "counter") {
+			t.Errorf("%s: a %s; only counters end in _total", name, typ)
+		}
+	}
+	onDashboard := queried(load(t))
+	var unknown, noPanel []string
+	for name := range rec.names {
+		if !strings.HasPrefix(name, "tenure_") {
+			continue
+		}
+		if _, ok := knownMetrics[name]; !ok {
+			unknown = append(unknown, name)
+		}
+		if _, old := deprecated[name]; !old && !onDashboard[name] {
+			noPanel = append(noPanel, name)
+		}
+	}
+	slices.Sort(unknown)
+	slices.Sort(noPanel)
+	if len(unknown) > 0 {
+		t.Errorf("registered by the code but not in knownMetrics (add them, with their types): %v", unknown)
+	}
+	if len(noPanel) > 0 {
+		t.Errorf("registered by the code but no panel of tenure-dashboard.json queries them: %v", noPanel)
 	}
 }
