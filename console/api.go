@@ -107,8 +107,9 @@ type Deps struct {
 
 // API serves the console's JSON endpoints.
 type API struct {
-	d   Deps
-	mux *http.ServeMux
+	d    Deps
+	mux  *http.ServeMux
+	seen seenRunners // the timeline's runners, registered or lately
 }
 
 // New returns the API over d.

@@ -301,6 +301,21 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("since 2h: %+v", v.Events)
 	}
 	w.wantError(http.MethodGet, "/ui/api/timeline?since=yesterday", "", "", http.StatusBadRequest, CodeBadRequest, "since")
+
+	// r1's registration ends (cut off from etcd, its lease gone) while it
+	// still answers: its events stay on the timeline, marked.
+	w.store.runners = slices.DeleteFunc(w.store.runners, func(r storage.RunnerInfo) bool { return r.ID == "r1" })
+	w.get("/ui/api/timeline", &v)
+	got = got[:0]
+	for _, e := range v.Events {
+		got = append(got, e.Runner+":"+string(e.Kind))
+	}
+	if want := []string{"r1:started", "r2:keepalive_failed", "r1:detached"}; !slices.Equal(got, want) {
+		t.Errorf("after r1's registration ended: events %v, want %v", got, want)
+	}
+	if len(v.Runners) != 3 || v.Runners[0].ID != "r1" || v.Runners[0].Registered || !v.Runners[1].Registered {
+		t.Errorf("after r1's registration ended: runners %+v, want r1 not registered, the others registered", v.Runners)
+	}
 }
 
 // TestEntityLookup: an entity's shard, holder, residency, state,

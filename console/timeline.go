@@ -170,6 +170,53 @@ type timelineRunner struct {
 	ID        string `json:"id"`
 	Reachable bool   `json:"reachable"`
 	Error     string `json:"error"`
+	// Registered: the runner is registered in etcd now. One that is not
+	// was seen registered within the window (its lease ended: cut off
+	// from etcd, or stopped) and is still asked for its events.
+	Registered bool `json:"registered"`
+}
+
+// seenRunners remembers the runners the timeline found registered, and
+// when last, so that one whose registration ended is still asked for its
+// events while the window reaches back to it. Entries older than an hour
+// are forgotten.
+type seenRunners struct {
+	mu sync.Mutex
+	m  map[string]seenRunner
+}
+
+type seenRunner struct {
+	info storage.RunnerInfo
+	last time.Time
+}
+
+// seenForget is how long a runner no longer registered is remembered.
+const seenForget = time.Hour
+
+// update records registered as seen at now and returns the runners seen
+// registered since since that are not among them.
+func (s *seenRunners) update(registered []storage.RunnerInfo, now, since time.Time) []storage.RunnerInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]seenRunner{}
+	}
+	live := make(map[string]bool, len(registered))
+	for _, rn := range registered {
+		live[rn.ID] = true
+		s.m[rn.ID] = seenRunner{info: rn, last: now}
+	}
+	var gone []storage.RunnerInfo
+	for id, sr := range s.m {
+		switch {
+		case live[id]:
+		case now.Sub(sr.last) > seenForget:
+			delete(s.m, id)
+		case !sr.last.Before(since):
+			gone = append(gone, sr.info)
+		}
+	}
+	return gone
 }
 
 // timeline merges every live runner's events on one time axis.
@@ -183,6 +230,15 @@ func (a *API) timeline(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if err != nil && len(runners) == 0 {
 		return unavailable("listing the runners in etcd", err)
 	}
+	registered := make(map[string]bool, len(runners))
+	for _, rn := range runners {
+		registered[rn.ID] = true
+	}
+	// A runner cut off from etcd loses its registration when its lease
+	// ends, but still answers on its admin address: its detach is the
+	// picture a timeline is for. So the runners seen registered within
+	// the window are asked too.
+	runners = append(runners, a.seen.update(runners, now, since)...)
 	sortRunners(runners)
 	evs := make([][]Event, len(runners))
 	errs := make([]error, len(runners))
@@ -193,7 +249,7 @@ func (a *API) timeline(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	wg.Wait()
 	v := timelineView{Events: []Event{}, Runners: []timelineRunner{}, GeneratedAt: utc(now), Since: utc(since), Kinds: map[EventKind]int{}}
 	for i, rn := range runners {
-		tr := timelineRunner{ID: rn.ID, Reachable: errs[i] == nil}
+		tr := timelineRunner{ID: rn.ID, Reachable: errs[i] == nil, Registered: registered[rn.ID]}
 		if errs[i] != nil {
 			tr.Error = errs[i].Error()
 		}

@@ -45,7 +45,15 @@ func TestDrainHandsOver(t *testing.T) {
 // and wants none over harness.WatchBound.
 func checkHandOverGaps(t *testing.T, c *cluster, d *testRunner, start time.Time, owned int, drained time.Duration) {
 	t.Helper()
-	released, gaps := c.ledger.Handovers(d.id, string(LossReleased), start)
+	// A successor's manager counts a shard owned a moment before its
+	// handler hears of it, which is when the ledger's span starts: wait
+	// for the spans (their times are the ones recorded, whenever read).
+	var released int
+	var gaps []time.Duration
+	_ = harness.Await(context.Background(), 10*time.Second, 10*time.Millisecond, func() (bool, string, error) {
+		released, gaps = c.ledger.Handovers(d.id, string(LossReleased), start)
+		return released > 0 && len(gaps) == released, "", nil
+	})
 	if released == 0 || len(gaps) != released || len(d.mgr.Owned()) != 0 {
 		t.Fatalf("%d hand-overs recorded for %d releases (%d owned before, %d after)", len(gaps), released, owned, len(d.mgr.Owned()))
 	}
