@@ -125,6 +125,8 @@ func codeText(c Code) string {
 		return "unknown operation"
 	case callpb.Failure_CODE_TYPE_NOT_HOSTED:
 		return "entity type not hosted"
+	case callpb.Failure_CODE_STATE_CORRUPT:
+		return "entity state corrupt"
 	}
 	return c.String()
 }
@@ -154,6 +156,8 @@ func (e *CallError) Is(target error) bool {
 		return target == ErrUnknownOp || target == entity.ErrUnknownOp || target == ErrBadInput || target == entity.ErrBadInput
 	case callpb.Failure_CODE_TYPE_NOT_HOSTED:
 		return target == ErrTypeNotHosted
+	case callpb.Failure_CODE_STATE_CORRUPT:
+		return target == entity.ErrStateCorrupt || target == entity.ErrNotStarted
 	}
 	return false
 }

@@ -30,7 +30,8 @@ import (
 // unknown type (unknown_type) or a type no runner of the cluster hosts
 // (type_not_hosted), 413 too large, 422 (or the status the application
 // chose) an application error with its "app_code" and "details", 500
-// handler error or panic, 502 interrupted by the owner's runner or
+// handler error or panic, or the entity's durable state corrupt
+// (state_corrupt: not started, and not retried), 502 interrupted by the owner's runner or
 // outcome unknown, 503 with Retry-After for a call that never started
 // (refused, no reachable holder or the deadline before the handler's
 // turn, entity not activated), 504 the caller's deadline after delivery.
@@ -162,6 +163,10 @@ func httpAnswerOf(err error) httpAnswer {
 		return a(http.StatusNotFound, "unknown_type")
 	case errors.Is(err, ErrTypeNotHosted):
 		return a(http.StatusNotFound, "type_not_hosted")
+	case errors.Is(err, entity.ErrStateCorrupt):
+		// Before unavailable: not started either, but sending it again
+		// fails the same way until the object is repaired.
+		return a(http.StatusInternalServerError, "state_corrupt")
 	case errors.Is(err, ErrUnknownOp):
 		// Before bad input, which it matches too.
 		return a(http.StatusBadRequest, "unknown_operation")

@@ -37,6 +37,7 @@ func TestHTTPStatuses(t *testing.T) {
 		{app, 422, "application", "yes"},
 		{conflict, 409, "application", "yes"},
 		{ce(callpb.Failure_CODE_INTERRUPTED, AppliedUnknown), 502, "interrupted", "unknown"},
+		{ce(callpb.Failure_CODE_STATE_CORRUPT, AppliedNo), 500, "state_corrupt", "no"},
 		{ce(callpb.Failure_CODE_UNAVAILABLE, AppliedNo), 503, "unavailable", "no"},
 		{ce(callpb.Failure_CODE_DEADLINE_EXCEEDED, AppliedNo), 503, "not_started", "no"},
 		{ce(callpb.Failure_CODE_DEADLINE_EXCEEDED, AppliedUnknown), 504, "deadline_exceeded", "unknown"},

@@ -113,7 +113,7 @@ func appliedOf(f *callpb.Failure) Applied {
 	}
 	switch f.Code {
 	case callpb.Failure_CODE_UNKNOWN_TYPE, callpb.Failure_CODE_BAD_INPUT, callpb.Failure_CODE_UNAVAILABLE,
-		callpb.Failure_CODE_UNKNOWN_OPERATION, callpb.Failure_CODE_TYPE_NOT_HOSTED:
+		callpb.Failure_CODE_UNKNOWN_OPERATION, callpb.Failure_CODE_TYPE_NOT_HOSTED, callpb.Failure_CODE_STATE_CORRUPT:
 		return AppliedNo
 	case callpb.Failure_CODE_APPLICATION:
 		return AppliedYes
@@ -172,6 +172,10 @@ func failureOf(ctx context.Context, typ string, err error) *callpb.Failure {
 		if ctx.Err() != nil {
 			f.Code = ctxCode(ctx)
 		}
+	case errors.Is(err, entity.ErrStateCorrupt):
+		// Before not started, which it matches too: a corrupt state
+		// fails every attempt until repaired, so it is not retried.
+		f.Code, f.Applied = callpb.Failure_CODE_STATE_CORRUPT, callpb.Failure_APPLIED_NO
 	case errors.Is(err, entity.ErrNotStarted):
 		f.Code, f.Applied = callpb.Failure_CODE_UNAVAILABLE, callpb.Failure_APPLIED_NO
 		if ctx.Err() != nil {

@@ -123,6 +123,11 @@ const (
 	// sent nothing. Never sent on the wire by a receiver; the caller
 	// makes it.
 	Failure_CODE_TYPE_NOT_HOSTED Failure_Code = 12
+	// The entity's durable state object does not decode: the entity is
+	// not activated and the handler did not start. Sending the call again
+	// fails the same way until an operator repairs the object (`tenure
+	// entity state get|delete`), so callers do not retry it.
+	Failure_CODE_STATE_CORRUPT Failure_Code = 13
 )
 
 // Enum value maps for Failure_Code.
@@ -141,6 +146,7 @@ var (
 		10: "CODE_UNAVAILABLE",
 		11: "CODE_UNKNOWN_OPERATION",
 		12: "CODE_TYPE_NOT_HOSTED",
+		13: "CODE_STATE_CORRUPT",
 	}
 	Failure_Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":       0,
@@ -156,6 +162,7 @@ var (
 		"CODE_UNAVAILABLE":       10,
 		"CODE_UNKNOWN_OPERATION": 11,
 		"CODE_TYPE_NOT_HOSTED":   12,
+		"CODE_STATE_CORRUPT":     13,
 	}
 )
 
@@ -663,14 +670,14 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REASON_NOT_OWNER\x10\x01\x12\x17\n" +
 	"\x13REASON_NOT_ATTACHED\x10\x02\x12\x17\n" +
-	"\x13REASON_SHARD_MOVING\x10\x03\"\xdf\x04\n" +
+	"\x13REASON_SHARD_MOVING\x10\x03\"\xf7\x04\n" +
 	"\aFailure\x120\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1c.tenure.call.v1.Failure.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x129\n" +
 	"\aapplied\x18\x03 \x01(\x0e2\x1f.tenure.call.v1.Failure.AppliedR\aapplied\x12\x19\n" +
 	"\bapp_code\x18\x04 \x01(\tR\aappCode\x12\x18\n" +
 	"\adetails\x18\x05 \x01(\fR\adetails\x12\x16\n" +
-	"\x06status\x18\x06 \x01(\x05R\x06status\"\xa5\x02\n" +
+	"\x06status\x18\x06 \x01(\x05R\x06status\"\xbd\x02\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CODE_UNKNOWN_TYPE\x10\x01\x12\x12\n" +
@@ -686,7 +693,8 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\x10CODE_UNAVAILABLE\x10\n" +
 	"\x12\x1a\n" +
 	"\x16CODE_UNKNOWN_OPERATION\x10\v\x12\x18\n" +
-	"\x14CODE_TYPE_NOT_HOSTED\x10\f\"X\n" +
+	"\x14CODE_TYPE_NOT_HOSTED\x10\f\x12\x16\n" +
+	"\x12CODE_STATE_CORRUPT\x10\r\"X\n" +
 	"\aApplied\x12\x17\n" +
 	"\x13APPLIED_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
