@@ -50,9 +50,12 @@ func newBrowser(t *testing.T, width, height int) *browser {
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); acancel() })
-	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-	defer scancel()
-	if err := chromedp.Do(sctx, chromedp.EmulateViewport(int64(width), int64(height))); err != nil {
+	// The browser lives as long as the context of its first action: that
+	// one runs on ctx itself, bounded by a watchdog rather than a timeout.
+	watchdog := time.AfterFunc(60*time.Second, cancel)
+	err = chromedp.Do(ctx, chromedp.EmulateViewport(int64(width), int64(height)))
+	watchdog.Stop()
+	if err != nil {
 		t.Fatalf("starting Chromium %s: %v", exe, err)
 	}
 	return &browser{t: t, ctx: ctx}
@@ -109,6 +112,13 @@ func (b *browser) until(what string, within time.Duration, js string) {
 	if err != nil {
 		b.t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// confirm answers the page's confirmation dialog yes, as a user clicking
+// its confirm button would.
+func (b *browser) confirm(what string) {
+	b.t.Helper()
+	b.run("confirm "+what, chromedp.WaitVisible(sel("confirm-ok")), chromedp.Click(sel("confirm-ok")))
 }
 
 // screenshot writes the page to TENURE_E2E_SCREENSHOTS/name.png when that

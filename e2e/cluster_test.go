@@ -35,7 +35,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	tenureBin = filepath.Join(dir, "tenure")
-	build := exec.Command("go", "build", "-o", tenureBin, "github.com/tenurehq/tenure/cmd/tenure")
+	// Built in the tenure module (the directory above), whose go.sum has
+	// the CLI's dependencies; this module needs only the runner's.
+	build := exec.Command("go", "build", "-o", tenureBin, "./cmd/tenure")
+	build.Dir = ".."
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building tenure:", err)

@@ -42,8 +42,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.run("open the console", chromedp.Navigate(r1.admin()+"/ui/#token="+adminToken))
 	b.until("three attached runners in the cluster view", uiBound, `(() => {
 		const rows = [...document.querySelectorAll('`+testid("runner-row")+`')];
-		const att = rows.map(r => r.dataset.runner + '=' + ((r.querySelector('[data-field="attached"]') || {}).textContent || '').trim());
-		const ok = rows.length === 3 && att.every(a => /=(yes|attached)/i.test(a));
+		const att = rows.map(r => r.dataset.runner + '=' + ((r.querySelector('[data-field="attached"]') || {dataset: {}}).dataset.value || ''));
+		const ok = rows.length === 3 && att.every(a => a.endsWith('=true'));
 		return {ok, why: att.join(' ')};
 	})()`)
 	var weight struct {
@@ -139,7 +139,6 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.run("open the config view", chromedp.Click(sel("nav-config")),
 			chromedp.WaitVisible(sel("config-key")))
 		// A refused change shows the validation's reason, naming the key.
-		c.acceptDialogs(t, b)
 		b.run("set an unknown key", chromedp.SetValue(sel("config-key"), "detachment.no_such_key"),
 			chromedp.SetValue(sel("config-value"), "1"),
 			chromedp.SetValue(sel("config-rollout"), "100"),
@@ -179,8 +178,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		c.runners["r3"].proxy.SetMode(testenv.Pass)
 		b.until("r3 attached again after its detach", uiBound+4*time.Second, `(() => {
 			const ev = [...document.querySelectorAll('`+testid("timeline-event")+`')].filter(e => e.dataset.runner === 'r3').map(e => e.dataset.kind);
-			const d = ev.lastIndexOf('detached'), a = ev.lastIndexOf('attached');
-			return {ok: d >= 0 && a >= 0 && ev.indexOf('detached') !== ev.indexOf('attached') && (a > d || ev.indexOf('attached') > ev.indexOf('detached')), why: ev.join(' ')};
+			const d = ev.indexOf('detached');
+			return {ok: d >= 0 && ev.indexOf('attached', d) > d, why: ev.join(' ')};
 		})()`)
 	})
 
@@ -188,8 +187,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		c.waitBalanced(t, []string{"r1", "r2", "r3"})
 		b.run("open the cluster view", chromedp.Click(sel("nav-cluster")),
 			chromedp.WaitVisible(sel("drain-r2")))
-		c.acceptDialogs(t, b)
 		b.run("drain r2", chromedp.Click(sel("drain-r2")))
+		b.confirm("the drain")
 		b.run("open the shard map", chromedp.Click(sel("nav-shards")))
 		b.until("r2's shards moved to r1 and r3", uiBound, `(() => {
 			const cells = [...document.querySelectorAll('`+testid("shard-cell")+`')];
@@ -313,13 +312,6 @@ func (c *cluster) shardMapMatchesStatus(t *testing.T, b *browser) {
 // harnessAwait polls cond every 250 ms for at most within.
 func harnessAwait(within time.Duration, cond func() (bool, string, error)) error {
 	return harness.Await(context.Background(), within, 250*time.Millisecond, cond)
-}
-
-// acceptDialogs makes the page's confirmation dialogs answer yes, as a
-// user clicking OK would.
-func (c *cluster) acceptDialogs(t *testing.T, b *browser) {
-	t.Helper()
-	b.run("accept confirmations", script(`window.confirm = () => true`))
 }
 
 // submitCounterTask submits a counter task through r's client and waits for
