@@ -32,10 +32,13 @@ release:
 	sh deploy/build-binary.sh $(RELEASE_OUT) "$(VERSION)"
 
 ## test: lint, then every test with the race detector, the deployment
-## kit's (deploy/, a module of its own for the Kubernetes API types) included
+## kit's (deploy/, a module of its own for the Kubernetes API types) and the
+## console's browser test (e2e/, a module of its own for the browser
+## driver; it needs Chromium, which .ci/run installs) included
 test: lint
 	$(GO) test $(TEST_FLAGS) ./...
 	cd deploy && $(GO) test $(TEST_FLAGS) ./...
+	cd e2e && $(GO) test $(TEST_FLAGS) ./...
 
 ## lint: go vet, gofmt (any unformatted file fails), `go mod tidy -diff`
 ## (go.mod and go.sum must be what tidy makes of them: no stale or
@@ -51,6 +54,8 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
 	cd deploy && $(GO) vet ./...
 	@cd deploy && $(GO) mod tidy -diff || { echo "deploy/go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
+	cd e2e && $(GO) vet ./...
+	@cd e2e && $(GO) mod tidy -diff || { echo "e2e/go.mod/go.sum are not tidy: run make tidy and commit the result"; exit 1; }
 	CGO_ENABLED=0 GOOS=windows $(GO) build ./...
 	CGO_ENABLED=0 GOOS=darwin $(GO) build ./...
 	CGO_ENABLED=0 GOOS=windows $(GO) build -tags release ./cmd/tenure/
@@ -97,3 +102,4 @@ generate:
 tidy:
 	$(GO) mod tidy
 	cd deploy && $(GO) mod tidy
+	cd e2e && $(GO) mod tidy
