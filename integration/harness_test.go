@@ -251,7 +251,7 @@ func newClusterWith(t testing.TB, devArgs ...string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	free := func() string {
-		a, err := embedded.FreeAddr()
+		a, err := embedded.FreeStableAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,14 +315,18 @@ func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 }
 
 // newRunnerProc is a runner of id, not started yet: its etcd proxy and a
-// free admin address.
+// free admin address. The addresses the tests choose for processes are
+// below the kernel's ephemeral range (embedded.FreeStableAddr): a port
+// from that range, free when chosen, can be taken before the process binds
+// it by any listener on port 0 or any outgoing connection (a busy CI run
+// failed a service's start so: "bind: address already in use").
 func (c *cluster) newRunnerProc(id string) *runnerProc {
 	c.t.Helper()
 	px, err := c.Proxy()
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	admin, err := embedded.FreeAddr()
+	admin, err := embedded.FreeStableAddr()
 	if err != nil {
 		c.t.Fatal(err)
 	}

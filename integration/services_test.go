@@ -30,7 +30,7 @@ func (c *cluster) runService(bin, id, group, addrEnv string) *runnerProc {
 	t := c.t
 	t.Helper()
 	r := c.newRunnerProc(id)
-	api, err := embedded.FreeAddr()
+	api, err := embedded.FreeStableAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
