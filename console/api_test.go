@@ -446,7 +446,7 @@ func TestTasks(t *testing.T) {
 	if got["ref"] != ref || got["id"] != "t2" || got["status"] != "failed" {
 		t.Errorf("task detail: %v", got)
 	}
-	if b, _ := json.Marshal(taskJSON{w.tasks.tasks[1]}); !strings.HasPrefix(string(b), `{"ref":"`+ref+`",`) {
+	if b, _ := json.Marshal(task.WithRef{T: w.tasks.tasks[1]}); !strings.HasPrefix(string(b), `{"ref":"`+ref+`",`) {
 		t.Errorf("task JSON does not start with its ref: %s", b)
 	}
 	code, _, b := w.do(http.MethodPost, "/ui/api/tasks/"+ref+"/replay", testToken, "")

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -148,27 +147,6 @@ func taskRef(r *http.Request) (string, error) {
 	return ref, nil
 }
 
-// taskJSON is a task as `tenure task get -o json` prints it: the stored
-// task's fields with its "ref" first.
-type taskJSON struct{ t *task.Task }
-
-// MarshalJSON encodes the task with "ref" in front.
-func (j taskJSON) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(j.t)
-	if err != nil {
-		return nil, err
-	}
-	ref, err := json.Marshal(j.t.Ref())
-	if err != nil {
-		return nil, err
-	}
-	out := append([]byte(`{"ref":`), ref...)
-	if rest := b[1:]; len(rest) > 1 { // b is an object: "{" fields "}"
-		out = append(out, ',')
-	}
-	return append(out, b[1:]...), nil
-}
-
 // taskError answers a task client's error by its kind.
 func taskError(what string, err error) error {
 	var e *Error
@@ -213,6 +191,6 @@ func (a *API) taskDo(ctx context.Context, w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return taskError(what+" "+ref, err)
 	}
-	writeJSON(w, http.StatusOK, taskJSON{t})
+	writeJSON(w, http.StatusOK, task.WithRef{T: t})
 	return nil
 }

@@ -174,7 +174,7 @@ func taskSubmit(ctx context.Context, cli *CLI, typ string, f submitFlags, asJSON
 		t, waitErr = waitTask(ctx, conn, t, f.waitTimeout.d)
 	}
 	if asJSON {
-		err = writeJSON(cli.Stdout, taskJSON{t})
+		err = writeJSON(cli.Stdout, task.WithRef{T: t})
 	} else {
 		printTask(cli.Stdout, t, false)
 	}
@@ -293,7 +293,7 @@ func taskRef(ctx context.Context, cli *CLI, name, arg string, asJSON bool,
 		return err
 	}
 	if asJSON {
-		return writeJSON(cli.Stdout, taskJSON{t})
+		return writeJSON(cli.Stdout, task.WithRef{T: t})
 	}
 	printTask(cli.Stdout, t, name == "get")
 	if name == "cancel" && t.Status == task.Running {
@@ -444,13 +444,13 @@ func taskList(ctx context.Context, cli *CLI, f listFlags, asJSON bool) error {
 		}
 	}
 	if asJSON {
-		out := make([]taskJSON, len(tasks))
+		out := make([]task.WithRef, len(tasks))
 		for i, t := range tasks {
-			out[i] = taskJSON{t}
+			out[i] = task.WithRef{T: t}
 		}
 		return writeJSON(cli.Stdout, struct {
-			Tasks []taskJSON `json:"tasks"`
-			Next  string     `json:"next"`
+			Tasks []task.WithRef `json:"tasks"`
+			Next  string         `json:"next"`
 		}{out, next})
 	}
 	if len(tasks) == 0 {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,28 +9,6 @@ import (
 
 	"github.com/tenurehq/tenure/entity/task"
 )
-
-// taskJSON is a task as the CLI prints it in JSON: the stored task's
-// fields with its "ref" (group/index/id) first, the handle every command
-// takes.
-type taskJSON struct{ t *task.Task }
-
-// MarshalJSON encodes the task with "ref" in front.
-func (j taskJSON) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(j.t)
-	if err != nil {
-		return nil, err
-	}
-	ref, err := json.Marshal(j.t.Ref())
-	if err != nil {
-		return nil, err
-	}
-	out := append([]byte(`{"ref":`), ref...)
-	if rest := b[1:]; len(rest) > 1 { // b is an object: "{" fields "}"
-		out = append(out, ',')
-	}
-	return append(out, b[1:]...), nil
-}
 
 // printTask prints a task for people: the essentials, and with more the
 // times, claim and input too.
