@@ -60,10 +60,11 @@ type States interface {
 	Get(ctx context.Context, shard storage.ShardID, typ, id string) (*state.Envelope, string, error)
 }
 
-// Schedules lists the schedules of one shard group: a *schedule.Client
-// is one.
+// Schedules lists the schedules of one shard group and reads what their
+// latest ticks became: a *schedule.Client is one.
 type Schedules interface {
 	List(ctx context.Context, o schedule.ListOptions) ([]*schedule.Schedule, string, error)
+	History(ctx context.Context, s *schedule.Schedule) (*schedule.History, error)
 }
 
 // Deps is what the API works with. RunnerID, Store, Peers and Auth are
@@ -109,7 +110,8 @@ type Deps struct {
 type API struct {
 	d    Deps
 	mux  *http.ServeMux
-	seen seenRunners // the timeline's runners, registered or lately
+	seen seenRunners  // the timeline's runners, registered or lately
+	hist historyCache // the schedule histories read lately
 }
 
 // New returns the API over d.

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/entity/schedule"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/messaging"
 	"github.com/tenurehq/tenure/sharding/placement"
@@ -472,11 +474,55 @@ func TestSchedules(t *testing.T) {
 		v.Schedules[0]["tz"] != "UTC" || v.Schedules[0]["paused"] != false || v.Schedules[0]["catch_up"] != "all" {
 		t.Errorf("schedules: %v", v.Schedules)
 	}
+	var row scheduleRow
+	if b, _ := json.Marshal(v.Schedules[0]); json.Unmarshal(b, &row) != nil || row.Last == nil ||
+		row.Last.Tick != t0.Add(-9*time.Hour) || row.Last.Result.Outcome != "on_time" || row.Missed == nil || *row.Missed != 2 ||
+		*row.Late != 1 || row.RunsRead != 2 || row.Waiting != t0.Add(15*time.Hour).Format(time.RFC3339Nano) || row.Stopped != "" || row.HistErr != "" {
+		t.Errorf("schedule history: %+v", row)
+	}
 	if len(v.Singletons) != 2 || v.Singletons[0].Runner != "r1" || v.Singletons[1].Runner != "r2" || v.Singletons[0].Type != "leader" {
 		t.Errorf("singletons: %+v", v.Singletons)
 	}
 	if len(v.Errors) != 1 || !strings.Contains(v.Errors[0], "r3") {
 		t.Errorf("errors: %v, want r3's", v.Errors)
+	}
+}
+
+// TestScheduleHistoriesBounded: GET schedules reads the histories of its
+// first maxHistories schedules (the others say why they have none), and
+// shows a history again for historyReuse before it reads it anew.
+func TestScheduleHistoriesBounded(t *testing.T) {
+	w := newWorld(t)
+	sc := &countedSchedules{}
+	for i := range maxHistories + 5 {
+		name := fmt.Sprintf("s%03d", i)
+		sc.fakeSchedules = append(sc.fakeSchedules, &schedule.Schedule{Name: name, Cron: "@hourly", Type: "echo",
+			CatchUp: schedule.CatchUpSkip, Generation: 1, Shard: schedule.ShardOf(storage.DefaultGroup, 8, name)})
+	}
+	w.deps.Schedules = func(string) (Schedules, error) { return sc, nil }
+	var now atomic.Pointer[time.Time]
+	now.Store(&t0)
+	w.deps.Now = func() time.Time { return *now.Load() }
+	w.start()
+	var v struct{ Schedules []scheduleRow }
+	w.get("/ui/api/schedules", &v)
+	if len(v.Schedules) != maxHistories+5 || sc.reads.Load() != maxHistories {
+		t.Fatalf("%d rows, %d histories read, want %d and %d", len(v.Schedules), sc.reads.Load(), maxHistories+5, maxHistories)
+	}
+	for i, row := range v.Schedules {
+		if read := i < maxHistories; read != (row.Missed != nil) || read != (row.HistErr == "") {
+			t.Fatalf("row %d: missed %v, history error %q", i, row.Missed, row.HistErr)
+		}
+	}
+	w.get("/ui/api/schedules", &v)
+	if n := sc.reads.Load(); n != maxHistories {
+		t.Fatalf("%d histories read after a refresh within %s, want none more", n-maxHistories, historyReuse)
+	}
+	later := t0.Add(historyReuse)
+	now.Store(&later)
+	w.get("/ui/api/schedules", &v)
+	if n := sc.reads.Load(); n != 2*maxHistories {
+		t.Fatalf("%d histories read after %s, want %d", n, historyReuse, 2*maxHistories)
 	}
 }
 

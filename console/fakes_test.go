@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,11 +185,35 @@ func (f fakeStates) Get(_ context.Context, _ storage.ShardID, typ, id string) (*
 	return nil, "", state.ErrNotFound
 }
 
-// fakeSchedules lists fixed schedules.
+// fakeSchedules lists fixed schedules, each with one fixed history: its
+// last tick 9 h before t0 (03:00) on time after one that skipped two.
 type fakeSchedules []*schedule.Schedule
 
 func (f fakeSchedules) List(context.Context, schedule.ListOptions) ([]*schedule.Schedule, string, error) {
 	return f, "", nil
+}
+
+func (f fakeSchedules) History(_ context.Context, s *schedule.Schedule) (*schedule.History, error) {
+	last := t0.Add(-9 * time.Hour)
+	run := func(tick time.Time, r schedule.Result) schedule.Run {
+		return schedule.Run{Tick: tick, Driver: task.Ref(s.Shard, schedule.DriverID(s.Name, s.Generation, tick)), Status: task.Completed, Result: &r}
+	}
+	return &schedule.History{Now: t0, Since: last.Add(-24 * time.Hour), Missed: 2, Late: 1, Pending: t0.Add(15 * time.Hour),
+		Runs: []schedule.Run{
+			run(last.Add(-24*time.Hour), schedule.Result{Outcome: schedule.OutcomeSkipped, Skipped: 2, Next: last}),
+			run(last, schedule.Result{Outcome: schedule.OutcomeOnTime, Fired: schedule.TaskID(s.Name, s.Generation, last), Next: t0.Add(15 * time.Hour)}),
+		}}, nil
+}
+
+// countedSchedules is n schedules whose histories are counted as read.
+type countedSchedules struct {
+	fakeSchedules
+	reads atomic.Int64
+}
+
+func (c *countedSchedules) History(ctx context.Context, s *schedule.Schedule) (*schedule.History, error) {
+	c.reads.Add(1)
+	return c.fakeSchedules.History(ctx, s)
 }
 
 // fakeConfig records the changes it is given.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/tenurehq/tenure/entity/schedule"
 	"github.com/tenurehq/tenure/storage"
@@ -13,6 +16,21 @@ import (
 
 // maxSchedulesListed bounds the schedules GET schedules reads per group.
 const maxSchedulesListed = 1000
+
+// Bounds of the schedule histories GET schedules reads (see
+// schedule.Client.History: a LIST of a schedule's driver tasks and a GET
+// of its waiting driver, plus one per run finished since the last read).
+const (
+	// maxHistories bounds the schedules whose history one GET reads:
+	// those after it are listed without (history_error says so).
+	maxHistories = 100
+	// historyReads bounds the histories read at once.
+	historyReads = 8
+	// historyReuse is how long a history read is shown again instead of
+	// read anew, so that a page refreshing every 2 s costs each schedule
+	// one LIST per historyReuse.
+	historyReuse = 5 * time.Second
+)
 
 // schedulesView is GET schedules.
 type schedulesView struct {
@@ -24,21 +42,61 @@ type schedulesView struct {
 
 // scheduleRow is one schedule.
 type scheduleRow struct {
-	Name    string  `json:"name"`
-	Group   string  `json:"group"`
-	Ref     string  `json:"ref"`
-	Cron    string  `json:"cron"`
-	TZ      string  `json:"tz"`
-	Type    string  `json:"type"`
-	Entity  string  `json:"entity"`
-	Paused  bool    `json:"paused"`
-	Next    string  `json:"next"`   // the next tick after now ("" when paused or never again)
-	Last    *string `json:"last"`   // not recorded on the schedule: null
-	Missed  *int    `json:"missed"` // not recorded on the schedule: null
-	CatchUp string  `json:"catch_up"`
-	Window  string  `json:"catch_up_window"`
-	Created string  `json:"created_at"`
-	Updated string  `json:"updated_at"`
+	Name    string `json:"name"`
+	Group   string `json:"group"`
+	Ref     string `json:"ref"`
+	Cron    string `json:"cron"`
+	TZ      string `json:"tz"`
+	Type    string `json:"type"`
+	Entity  string `json:"entity"`
+	Paused  bool   `json:"paused"`
+	Next    string `json:"next"` // the next tick after now ("" when paused or never again)
+	CatchUp string `json:"catch_up"`
+	Window  string `json:"catch_up_window"`
+	Created string `json:"created_at"`
+	Updated string `json:"updated_at"`
+
+	// What the latest ticks became, from the schedule's driver tasks
+	// (schedule.History); null or empty when the history was not read
+	// (HistoryError says why).
+	Last     *schedule.Run `json:"last"`      // the latest tick the chain reached
+	Missed   *int          `json:"missed"`    // ticks not fired (skipped, or older than the catch-up window) in the runs read
+	Late     *int          `json:"late"`      // runs that reached their tick after the grace
+	RunsRead int           `json:"runs_read"` // the runs read: the latest schedule.HistoryRuns
+	Since    string        `json:"since"`     // the tick of the oldest run read
+	Waiting  string        `json:"waiting"`   // the tick of the chain's driver not finished yet
+	BehindMS int64         `json:"behind_ms"` // how long past the grace that driver waits
+	Stopped  string        `json:"stopped"`   // why the chain does not go on, when it does not
+	HistErr  string        `json:"history_error,omitempty"`
+}
+
+// historyCache keeps the histories read lately, by schedule ref.
+type historyCache struct {
+	mu   sync.Mutex
+	read map[string]historyRead
+}
+
+type historyRead struct {
+	h  *schedule.History
+	at time.Time
+}
+
+func (c *historyCache) get(ref string, now time.Time) *schedule.History {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.read[ref]; ok && now.Sub(r.at) < historyReuse {
+		return r.h
+	}
+	return nil
+}
+
+func (c *historyCache) put(ref string, h *schedule.History, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.read == nil || len(c.read) >= 4*maxHistories {
+		c.read = make(map[string]historyRead)
+	}
+	c.read[ref] = historyRead{h, now}
 }
 
 // singletonRow is one singleton, as the runner running it reports it.
@@ -59,16 +117,18 @@ func (a *API) schedules(ctx context.Context, w http.ResponseWriter, _ *http.Requ
 	}
 	v := schedulesView{Schedules: []scheduleRow{}, Errors: []string{}, Singleton: []singletonRow{}}
 	now := a.d.Now()
+	budget := maxHistories // the histories left to read
 	if a.d.Schedules == nil {
 		v.Errors = append(v.Errors, "schedules: not available on this runner yet")
 	} else {
 		for _, g := range meta.Groups {
-			rows, more, err := a.groupSchedules(ctx, g)
+			sc, rows, more, err := a.groupSchedules(ctx, g)
 			if err != nil {
 				v.Errors = append(v.Errors, "group "+g+": "+err.Error())
 				continue
 			}
 			v.Truncated = v.Truncated || more
+			first := len(v.Schedules)
 			for _, s := range rows {
 				row := scheduleRow{Name: s.Name, Group: g, Ref: s.Ref(), Cron: s.Cron, TZ: s.TZ, Type: s.Type, Entity: s.Entity,
 					Paused: s.Paused, CatchUp: string(s.CatchUp), Created: utc(s.CreatedAt), Updated: utc(s.UpdatedAt)}
@@ -83,6 +143,7 @@ func (a *API) schedules(ctx context.Context, w http.ResponseWriter, _ *http.Requ
 				}
 				v.Schedules = append(v.Schedules, row)
 			}
+			a.histories(ctx, sc, rows, v.Schedules[first:], now, &budget)
 		}
 	}
 	runners, _, err := a.d.Store.Runners(ctx)
@@ -109,25 +170,65 @@ func (a *API) schedules(ctx context.Context, w http.ResponseWriter, _ *http.Requ
 }
 
 // groupSchedules reads up to maxSchedulesListed schedules of group g.
-func (a *API) groupSchedules(ctx context.Context, g string) ([]*schedule.Schedule, bool, error) {
+func (a *API) groupSchedules(ctx context.Context, g string) (Schedules, []*schedule.Schedule, bool, error) {
 	sc, err := a.d.Schedules(g)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	var all []*schedule.Schedule
 	cursor := ""
 	for {
 		page, next, err := sc.List(ctx, schedule.ListOptions{After: cursor, Limit: min(storage.MaxListLimit, maxSchedulesListed)})
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		all = append(all, page...)
 		if next == "" {
-			return all, false, nil
+			return sc, all, false, nil
 		}
 		if len(all) >= maxSchedulesListed {
-			return all[:maxSchedulesListed], true, nil
+			return sc, all[:maxSchedulesListed], true, nil
 		}
 		cursor = next
 	}
+}
+
+// histories fills rows (those of scheds, in order) with what their
+// latest ticks became: the first maxHistories schedules of the view,
+// historyReads at a time, each reused for historyReuse. budget counts the
+// histories the view may still read.
+func (a *API) histories(ctx context.Context, sc Schedules, scheds []*schedule.Schedule, rows []scheduleRow, now time.Time, budget *int) {
+	sem := make(chan struct{}, historyReads)
+	var wg sync.WaitGroup
+	for i, s := range scheds {
+		row := &rows[i]
+		if *budget == 0 {
+			row.HistErr = "not read: the view reads the histories of its first " + strconv.Itoa(maxHistories) + " schedules"
+			continue
+		}
+		*budget--
+		if h := a.hist.get(row.Ref, now); h != nil {
+			fillHistory(row, h)
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			h, err := sc.History(ctx, s)
+			if err != nil {
+				row.HistErr = err.Error()
+				return
+			}
+			a.hist.put(row.Ref, h, now)
+			fillHistory(row, h)
+		})
+	}
+	wg.Wait()
+}
+
+// fillHistory copies h into row.
+func fillHistory(row *scheduleRow, h *schedule.History) {
+	missed, late := h.Missed, h.Late
+	row.Last, row.Missed, row.Late, row.RunsRead = h.Last(), &missed, &late, len(h.Runs)
+	row.Since, row.Waiting, row.BehindMS, row.Stopped = utc(h.Since), utc(h.Pending), h.Behind.Milliseconds(), h.Stopped
 }

@@ -121,17 +121,51 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.screenshot("tasks")
 	})
 
-	t.Run("a schedule listed", func(t *testing.T) {
-		if out, err := c.tenure("schedule", "create", "e2e-every-minute", "--cron", "* * * * *", "counter",
+	t.Run("a schedule listed with its last tick", func(t *testing.T) {
+		if out, err := c.tenure("schedule", "create", "e2e-every-2s", "--cron", "@every 2s", "counter",
 			"--entity", "e2e-sched", "--input", `{"add":1}`); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 		b.run("open the schedules view", chromedp.Click(sel("nav-schedules")))
-		b.until("the schedule with its next tick", uiBound, `(() => {
-			const rows = [...document.querySelectorAll('`+testid("schedule-row")+`')].map(r => r.textContent);
-			const row = rows.find(r => r.includes('e2e-every-minute')) || '';
-			return {ok: row.includes('* * * * *'), why: rows.join(' | ').slice(0, 300)};
+		// The row shows the schedule, then the tick its driver reached, on
+		// time, nothing missed and its chain going on.
+		b.until("the schedule with its last tick, fired on time", uiBound+10*time.Second, `(() => {
+			const row = [...document.querySelectorAll('`+testid("schedule-row")+`')].find(r => r.dataset.name === 'e2e-every-2s');
+			if (!row) return {ok: false, why: 'no row'};
+			const cell = id => (row.querySelector('[data-testid="' + id + '"]') || {textContent: ''}).textContent;
+			const last = row.querySelector('`+testid("schedule-last")+` time');
+			const ok = row.textContent.includes('@every 2s') && !!last && /on time/.test(cell('schedule-last')) &&
+				cell('schedule-missed') === '0' && /on time/.test(cell('schedule-chain'));
+			return {ok, why: row.textContent.slice(0, 300)};
 		})()`)
+		// The page's JSON twin says the same.
+		type lastRun struct {
+			Status string `json:"status"`
+			Result struct {
+				Outcome string `json:"outcome"`
+				Fired   string `json:"fired"`
+			} `json:"result"`
+		}
+		type scheduleJSON struct {
+			Name    string   `json:"name"`
+			Missed  *int     `json:"missed"`
+			Stopped string   `json:"stopped"`
+			Last    *lastRun `json:"last"`
+		}
+		var v struct {
+			Schedules []scheduleJSON `json:"schedules"`
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		code, body, err := get(ctx, r1.admin()+"/ui/api/schedules", adminToken)
+		if err != nil || code != 200 || json.Unmarshal(body, &v) != nil {
+			t.Fatalf("GET schedules: %d %v %.300s", code, err, body)
+		}
+		i := slices.IndexFunc(v.Schedules, func(s scheduleJSON) bool { return s.Name == "e2e-every-2s" })
+		if i < 0 || v.Schedules[i].Last == nil || v.Schedules[i].Missed == nil || *v.Schedules[i].Missed != 0 || v.Schedules[i].Stopped != "" ||
+			!strings.HasPrefix(v.Schedules[i].Last.Result.Fired, "cron-e2e-every-2s-") {
+			t.Fatalf("GET schedules: %.600s", body)
+		}
 		b.screenshot("schedules")
 	})
 

@@ -28,6 +28,8 @@ type Client struct {
 	grace  time.Duration
 	m      *metrics
 	log    *slog.Logger
+
+	history runCache // finished driver runs History has read
 }
 
 // NewClient returns a client of the schedules of tc's group, or a
@@ -163,9 +165,12 @@ func (c *Client) Pause(ctx context.Context, name string) (*Schedule, error) {
 
 // Resume lets a paused schedule fire again from its first tick after now,
 // submitting that tick's driver task. It is also the repair for a
-// schedule whose chain was cut (a Create whose first submit failed): the
-// driver id is derived from the tick, so resuming a running schedule, or
-// twice, submits nothing new.
+// schedule whose chain was cut (a Create whose first submit failed, a
+// driver that failed or was cancelled; see History): the driver id is
+// derived from the tick, so resuming a running schedule, or twice,
+// submits nothing new. A tick whose driver exists and was cancelled or
+// failed is passed over (at most resumeTries of them): the chain goes on
+// from the tick after it.
 func (c *Client) Resume(ctx context.Context, name string) (*Schedule, error) {
 	s, err := c.setPaused(ctx, name, false)
 	if err != nil {
@@ -176,15 +181,31 @@ func (c *Client) Resume(ctx context.Context, name string) (*Schedule, error) {
 		return s, err
 	}
 	n := s.Next(now)
-	if n.IsZero() {
-		return s, nil // never fires again: nothing to drive
+	for range resumeTries {
+		if n.IsZero() {
+			return s, nil // never fires again: nothing to drive
+		}
+		d, err := c.submitDriverTask(ctx, s, n)
+		if err != nil {
+			return s, fmt.Errorf("schedule %s resumed, but its next tick (%s) could not be scheduled; resume it again: %w",
+				name, n.Format(time.RFC3339), err)
+		}
+		if d.Status != task.Cancelled && d.Status != task.Failed {
+			return s, nil
+		}
+		// The tick's driver exists and was cancelled (by an operator) or
+		// failed: its id is the tick's, so the chain goes on from the
+		// tick after it. Replaying it would run it now, before its tick.
+		c.log.Info("schedule: resume passes over a tick whose driver ended", "schedule", name, "tick", n,
+			"driver", d.Ref(), "status", d.Status)
+		n = s.Next(n)
 	}
-	if err := c.submitDriver(ctx, s, n); err != nil {
-		return s, fmt.Errorf("schedule %s resumed, but its next tick (%s) could not be scheduled; resume it again: %w",
-			name, n.Format(time.RFC3339), err)
-	}
-	return s, nil
+	return s, fmt.Errorf("schedule %s resumed, but the drivers of its next %d ticks (to %s) were cancelled or failed: resume it after them",
+		name, resumeTries, n.Format(time.RFC3339))
 }
+
+// resumeTries bounds the ticks Resume passes over whose drivers ended.
+const resumeTries = 10
 
 func (c *Client) setPaused(ctx context.Context, name string, paused bool) (*Schedule, error) {
 	if err := task.ValidateID(name); err != nil {
@@ -263,17 +284,27 @@ type driverInput struct {
 
 // submitDriver submits the driver task of schedule s for tick, due then.
 func (c *Client) submitDriver(ctx context.Context, s *Schedule, tick time.Time) error {
+	_, err := c.submitDriverTask(ctx, s, tick)
+	return err
+}
+
+// submitDriverTask is submitDriver, returning the driver task: the one
+// created, or the one that was there.
+func (c *Client) submitDriverTask(ctx context.Context, s *Schedule, tick time.Time) (*task.Task, error) {
 	in, err := json.Marshal(driverInput{Generation: s.Generation, Tick: tick.UTC()})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	t, _, err := c.tasks.Submit(ctx, task.SubmitRequest{
 		ID: DriverID(s.Name, s.Generation, tick), Type: DriverType, Entity: s.Name, Input: in, AvailableAt: tick,
 	})
-	if err == nil && t.Shard != s.Shard {
+	if err != nil {
+		return nil, err
+	}
+	if t.Shard != s.Shard {
 		// The task client places by its own group and shard count.
-		return fmt.Errorf("%w: schedule %s lives in shard %s but its driver task went to %s: WithGroup and WithShards must be the task client's",
+		return nil, fmt.Errorf("%w: schedule %s lives in shard %s but its driver task went to %s: WithGroup and WithShards must be the task client's",
 			ErrInvalid, s.Name, s.Shard, t.Shard)
 	}
-	return err
+	return t, nil
 }

@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,23 @@ type env struct {
 	tasks *task.Client
 	clock *fakeClock
 	reg   *prometheus.Registry
+	obj   *countingStore // the requests the task store and the client make
+}
+
+// countingStore counts the GETs and LISTs made through it.
+type countingStore struct {
+	storage.ObjectStore
+	gets, lists atomic.Int64
+}
+
+func (c *countingStore) Get(ctx context.Context, key string) (storage.Object, error) {
+	c.gets.Add(1)
+	return c.ObjectStore.Get(ctx, key)
+}
+
+func (c *countingStore) List(ctx context.Context, prefix string, o storage.ListOptions) (storage.ListPage, error) {
+	c.lists.Add(1)
+	return c.ObjectStore.List(ctx, prefix, o)
 }
 
 func newEnv(t *testing.T, shards int, opts ...Option) *env {
@@ -77,7 +95,8 @@ func newEnv(t *testing.T, shards int, opts ...Option) *env {
 		t.Fatalf("s3 store: %v", err)
 	}
 	clock := &fakeClock{now: t0}
-	tc, err := task.NewClient(task.NewStore(obj, task.WithClock(clock.ServerTime)), task.ClientConfig{Shards: shards})
+	counted := &countingStore{ObjectStore: obj}
+	tc, err := task.NewClient(task.NewStore(counted, task.WithClock(clock.ServerTime)), task.ClientConfig{Shards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +105,7 @@ func newEnv(t *testing.T, shards int, opts ...Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{c: c, tasks: tc, clock: clock, reg: reg}
+	return &env{c: c, tasks: tc, clock: clock, reg: reg, obj: counted}
 }
 
 // task returns the task id of shard, failing the test when it is missing.
