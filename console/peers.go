@@ -219,10 +219,14 @@ type RunnerStatus struct {
 	ConfigVersion    *int64
 	ConfigCanary     bool
 	ConfigError      string
-	ConfigRevision   *int64
+	ConfigRevision   *int64 // the etcd revision of the latest document it read (nil from runners that do not report it)
 	StaticConfig     map[string]string
 	Types            []string
+	HasTypes         bool // the runner reported its types (older ones do not)
 	Singletons       []entity.SingletonStatus
+	// UnhandledTypes are the types of due tasks it left pending lately for
+	// want of a handler (none from runners that do not report them).
+	UnhandledTypes   []string
 	ResidentEntities *int
 	CallsPerSecond   *float64
 	TasksPerSecond   *float64
@@ -251,7 +255,10 @@ func DecodeStatus(b []byte) (RunnerStatus, error) {
 	st.ConfigError = deref(field[string](raw, "config_error"))
 	st.ConfigRevision = field[int64](raw, "config_revision")
 	st.StaticConfig = deref(field[map[string]string](raw, "static_config"))
-	st.Types = deref(field[[]string](raw, "types"))
+	if types := field[[]string](raw, "types"); types != nil {
+		st.Types, st.HasTypes = *types, true
+	}
+	st.UnhandledTypes = deref(field[[]string](raw, "unhandled_types"))
 	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))
 	st.ResidentEntities = field[int](raw, "resident_entities")
 	st.CallsPerSecond = field[float64](raw, "calls_per_second")

@@ -15,11 +15,6 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// consoleApplyWait bounds how long a console config change waits for the
-// runners that answer to read the document it wrote (as `tenure config
-// set` does).
-const consoleApplyWait = 3 * time.Second
-
 // consoleConfig is the console's dynamic config: the rules of `tenure
 // config set` (configset.go) on the runner's etcd, checked against the
 // live runners' settings as their admin endpoints report them.
@@ -185,7 +180,7 @@ func (c *consoleConfig) Set(ctx context.Context, ch console.ConfigChange) (conso
 		case l.err != nil:
 		case l.status.ConfigRevision == nil:
 		case *l.status.ConfigRevision < rev:
-			v.Notes = append(v.Notes, fmt.Sprintf("runner %s had not read version %d after %s", l.info.ID, doc.Version, consoleApplyWait))
+			v.Notes = append(v.Notes, fmt.Sprintf("runner %s had not read version %d after %s", l.info.ID, doc.Version, ConfigApplyWait))
 		case l.status.ConfigError != "":
 			v.Notes = append(v.Notes, fmt.Sprintf("runner %s refuses version %d and keeps its settings: %s", l.info.ID, doc.Version, l.status.ConfigError))
 		}
@@ -193,38 +188,61 @@ func (c *consoleConfig) Set(ctx context.Context, ch console.ConfigChange) (conso
 	return v, nil
 }
 
-// awaitApplied polls the reachable runners until each has read the
-// document at etcd revision rev (applied or refused) or consoleApplyWait
-// has passed, and returns the runners with their latest statuses.
-func (c *consoleConfig) awaitApplied(ctx context.Context, live []liveConfigRunner, rev int64) []liveConfigRunner {
-	ctx, cancel := context.WithTimeout(ctx, consoleApplyWait)
+// ConfigApplyWait bounds how long a config change (`tenure config set`,
+// the console's) waits for the runners that answer to read the version it
+// wrote. They watch the key, so a healthy runner reads it within
+// milliseconds.
+const ConfigApplyWait = 3 * time.Second
+
+// AwaitConfigRead polls the runners that have not read the dynamic config
+// document at etcd revision rev yet (those with errs[i] nil whose status
+// reports a lower ConfigRevision; a runner too old to report one is not
+// waited for) until each has read it, applied or refused, or
+// ConfigApplyWait has passed. It updates sts in place; a runner that
+// stops answering keeps the status it had.
+func AwaitConfigRead(ctx context.Context, runners []storage.RunnerInfo, sts []console.RunnerStatus, errs []error, rev int64,
+	status func(context.Context, storage.RunnerInfo) (console.RunnerStatus, error)) {
+	ctx, cancel := context.WithTimeout(ctx, ConfigApplyWait)
 	defer cancel()
-	live = slices.Clone(live)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var waiting []int
-		for i, l := range live {
-			if l.err == nil && l.status.ConfigRevision != nil && *l.status.ConfigRevision < rev {
+		for i := range runners {
+			if errs[i] == nil && sts[i].ConfigRevision != nil && *sts[i].ConfigRevision < rev {
 				waiting = append(waiting, i)
 			}
 		}
 		if len(waiting) == 0 {
-			return live
+			return
 		}
 		select {
 		case <-ctx.Done():
-			return live
+			return
 		case <-tick.C:
 		}
 		var wg sync.WaitGroup
 		for _, i := range waiting {
 			wg.Go(func() {
-				if st, err := c.peers.Status(ctx, live[i].info); err == nil {
-					live[i].status = st // one gone meanwhile keeps what it said before
+				if st, err := status(ctx, runners[i]); err == nil {
+					sts[i] = st
 				}
 			})
 		}
 		wg.Wait()
 	}
+}
+
+// awaitApplied is AwaitConfigRead over the console's live runners.
+func (c *consoleConfig) awaitApplied(ctx context.Context, live []liveConfigRunner, rev int64) []liveConfigRunner {
+	live = slices.Clone(live)
+	infos, sts, errs := make([]storage.RunnerInfo, len(live)), make([]console.RunnerStatus, len(live)), make([]error, len(live))
+	for i, l := range live {
+		infos[i], sts[i], errs[i] = l.info, l.status, l.err
+	}
+	AwaitConfigRead(ctx, infos, sts, errs, rev, c.peers.Status)
+	for i := range live {
+		live[i].status = sts[i]
+	}
+	return live
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenurehq/tenure/entity"
+	"github.com/tenurehq/tenure/console"
 	"github.com/tenurehq/tenure/entity/task"
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
@@ -287,82 +286,8 @@ func adminURL(addr, path string) string {
 }
 
 // runnerState is what a runner's GET /debug/status reports, decoded
-// leniently: each field on its own, absent or malformed ones left nil, so
-// that runners of other versions still show what they can.
-type runnerState struct {
-	Attached         *bool
-	Mode             string
-	DetachReason     string
-	LeaseDeadlineLag *float64
-	Owned            *int
-	Draining         bool
-	ConfigVersion    *int64
-	ConfigCanary     bool
-	ConfigError      string
-	ConfigRevision   int64 // etcd revision of the latest document it read (0: none yet)
-	// ReportsRevision: the runner reports ConfigRevision (older ones do not).
-	ReportsRevision bool
-	// StaticConfig is the runner's own lease and dynamic settings, which
-	// `config set` checks a document against (nil from runners that do
-	// not report it).
-	StaticConfig map[string]string
-	Version      string
-	Types        []string
-	HasTypes     bool // the runner reported its types
-	// Singletons are the singletons it runs, as it reports them.
-	Singletons []entity.SingletonStatus
-	// UnhandledTypes are the types of due tasks it left pending lately for
-	// want of a handler (none from runners that do not report them).
-	UnhandledTypes []string
-}
-
-func decodeRunnerState(b []byte) (runnerState, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return runnerState{}, fmt.Errorf("status is not a JSON object: %w", err)
-	}
-	var st runnerState
-	st.Attached = field[bool](raw, "attached")
-	st.LeaseDeadlineLag = field[float64](raw, "lease_deadline_lag_seconds")
-	st.Owned = field[int](raw, "owned")
-	st.ConfigVersion = field[int64](raw, "config_version")
-	st.Mode = deref(field[string](raw, "mode"))
-	st.DetachReason = deref(field[string](raw, "detach_reason"))
-	st.Draining = deref(field[bool](raw, "draining"))
-	st.ConfigCanary = deref(field[bool](raw, "config_canary"))
-	st.ConfigError = deref(field[string](raw, "config_error"))
-	if rev := field[int64](raw, "config_revision"); rev != nil {
-		st.ConfigRevision, st.ReportsRevision = *rev, true
-	}
-	st.StaticConfig = deref(field[map[string]string](raw, "static_config"))
-	st.Version = deref(field[string](raw, "version"))
-	st.Singletons = deref(field[[]entity.SingletonStatus](raw, "singletons"))
-	st.UnhandledTypes = deref(field[[]string](raw, "unhandled_types"))
-	if types := field[[]string](raw, "types"); types != nil {
-		st.Types, st.HasTypes = *types, true
-	}
-	return st, nil
-}
-
-func field[T any](raw map[string]json.RawMessage, key string) *T {
-	b, ok := raw[key]
-	if !ok || string(b) == "null" {
-		return nil
-	}
-	var v T
-	if json.Unmarshal(b, &v) != nil {
-		return nil
-	}
-	return &v
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
+// leniently, as the console decodes it.
+type runnerState = console.RunnerStatus
 
 // status fetches a runner's /debug/status within adminStatusTimeout.
 func (a *admin) status(ctx context.Context, addr string) (runnerState, error) {
@@ -375,7 +300,7 @@ func (a *admin) status(ctx context.Context, addr string) (runnerState, error) {
 	if err != nil {
 		return runnerState{}, err
 	}
-	return decodeRunnerState(body)
+	return console.DecodeStatus(body)
 }
 
 // do makes one admin request; a status other than 2xx is an error quoting

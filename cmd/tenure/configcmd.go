@@ -228,15 +228,15 @@ func afterWrite(cli *CLI, live []liveRunner, version, rev int64) error {
 	var refused, late []string
 	for _, r := range live {
 		switch {
-		case !r.reachable() || !r.state.ReportsRevision:
-		case r.state.ConfigRevision < rev:
+		case !r.reachable() || r.state.ConfigRevision == nil:
+		case *r.state.ConfigRevision < rev:
 			late = append(late, r.ID)
 		case r.state.ConfigError != "":
 			refused = append(refused, r.ID+": "+r.state.ConfigError)
 		}
 	}
 	if len(late) > 0 {
-		fmt.Fprintf(cli.Stderr, "note: %s had not read version %d after %s\n", strings.Join(late, ", "), version, configApplyWait)
+		fmt.Fprintf(cli.Stderr, "note: %s had not read version %d after %s\n", strings.Join(late, ", "), version, runner.ConfigApplyWait)
 	}
 	if len(refused) == 0 {
 		return nil
@@ -244,46 +244,20 @@ func afterWrite(cli *CLI, live []liveRunner, version, rev int64) error {
 	return fmt.Errorf("wrote version %d, but %d runner(s) refuse it and keep their settings: %s", version, len(refused), strings.Join(refused, "; "))
 }
 
-// configApplyWait bounds how long `config set` waits for the runners that
-// answer to read the version it wrote. They watch the key, so a healthy
-// runner reads it within milliseconds.
-const configApplyWait = 3 * time.Second
-
-// awaitApplied polls the reachable runners until each has read the
-// document at etcd revision rev (applied or refused) or configApplyWait
-// has passed, and returns the runners with their latest states.
+// awaitApplied is runner.AwaitConfigRead over the CLI's live runners.
 func awaitApplied(ctx context.Context, adm *admin, live []liveRunner, rev int64) []liveRunner {
-	ctx, cancel := context.WithTimeout(ctx, configApplyWait)
-	defer cancel()
 	live = slices.Clone(live)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var waiting []int
-		var infos []storage.RunnerInfo
-		for i, r := range live {
-			// A runner too old to report what it read is not waited for.
-			if r.reachable() && r.state.ReportsRevision && r.state.ConfigRevision < rev {
-				waiting = append(waiting, i)
-				infos = append(infos, r.RunnerInfo)
-			}
-		}
-		if len(waiting) == 0 {
-			return live
-		}
-		select {
-		case <-ctx.Done():
-			return live
-		case <-tick.C:
-		}
-		states, errs := adm.runnerStates(ctx, infos)
-		for j, i := range waiting {
-			// One gone meanwhile keeps what it said before.
-			if errs[j] == nil {
-				live[i].state = states[j]
-			}
-		}
+	infos, sts, errs := make([]storage.RunnerInfo, len(live)), make([]runnerState, len(live)), make([]error, len(live))
+	for i, r := range live {
+		infos[i], sts[i], errs[i] = r.RunnerInfo, r.state, r.adminErr
 	}
+	runner.AwaitConfigRead(ctx, infos, sts, errs, rev, func(ctx context.Context, r storage.RunnerInfo) (runnerState, error) {
+		return adm.status(ctx, r.Addr)
+	})
+	for i := range live {
+		live[i].state = sts[i]
+	}
+	return live
 }
 
 // configConn is what `config` works with: the cluster's etcd, and the
