@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,17 +25,40 @@ type residency struct {
 // instance is one resident entity: the Entity a factory made for (typ, id),
 // living in the mailbox of its entity key on one shard executor.
 type instance struct {
-	typ, id  string
-	ent      Entity
-	box      *mailbox
-	res      *residency
-	state    *stateCore    // nil unless the type is stateful
-	elem     *list.Element // in residents.lru; guarded by residents.mu
-	lastUsed time.Time     // guarded by residents.mu
+	typ, id string
+	ent     Entity
+	box     *mailbox
+	res     *residency
+	state   *stateCore    // nil unless the type is stateful
+	elem    *list.Element // in residents.lru; guarded by residents.mu
+	// listed is when the instance was last put at the LRU's front and
+	// lastUsed when it was last used (monoNow): lastUsed is exact, listed
+	// lags it by up to promoteEvery. listed is written under residents.mu.
+	listed, lastUsed atomic.Int64
 }
 
+// promoteEvery is how stale an instance's place in the LRU may get before
+// a use moves it to the front. Moving it on every use put every call on
+// every core through one runner-wide mutex (twice: when the turn starts
+// and when it ends); now a busy entity takes it at most once per
+// promoteEvery. The list so orders instances by use to within
+// promoteEvery, which is all eviction needs, and idle passivation reads
+// the exact lastUsed.
+const promoteEvery = 100 * time.Millisecond
+
+// monoOrigin is the origin of monoNow.
+var monoOrigin = time.Now()
+
+// monoNow is a monotonic clock in nanoseconds: the LRU's order must not
+// follow a wall clock stepped back.
+func monoNow() int64 { return int64(time.Since(monoOrigin)) }
+
+// mono is t on monoNow's clock (t from time.Now, with its monotonic
+// reading).
+func mono(t time.Time) int64 { return int64(t.Sub(monoOrigin)) }
+
 // residents is the runner-wide LRU of resident instances (front: most
-// recently used).
+// recently put there; see promoteEvery).
 type residents struct {
 	mu  sync.Mutex
 	lru *list.List
@@ -44,7 +68,9 @@ func (r *residents) init() { r.lru = list.New() }
 
 func (r *residents) add(h *Host, in *instance) {
 	r.mu.Lock()
-	in.lastUsed = time.Now()
+	now := monoNow()
+	in.listed.Store(now)
+	in.lastUsed.Store(now)
 	in.elem = r.lru.PushFront(in)
 	n := r.lru.Len()
 	var victims []*instance
@@ -67,10 +93,16 @@ func (r *residents) add(h *Host, in *instance) {
 }
 
 func (r *residents) touch(in *instance) {
+	now := monoNow()
+	in.lastUsed.Store(now)
+	if now-in.listed.Load() < int64(promoteEvery) {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	in.lastUsed = time.Now()
 	if in.elem != nil {
+		// Read under the lock, so that the list stays in listed order.
+		in.listed.Store(monoNow())
 		r.lru.MoveToFront(in.elem)
 	}
 }
@@ -92,21 +124,37 @@ func (r *residents) len() int {
 	return r.lru.Len()
 }
 
-// passivateIdle stops the instances unused since before.
+// passivateIdle stops the instances unused since before. It walks the
+// LRU from the back while the instances were listed before then (those in
+// front of one listed later were listed later still, and used since);
+// one used since but not moved is moved to the front now.
 func (r *residents) passivateIdle(h *Host, before time.Time) {
-	r.mu.Lock()
-	var idle []*instance
-	for e := r.lru.Back(); e != nil; e = e.Prev() {
-		in := e.Value.(*instance)
-		if in.lastUsed.After(before) {
-			break
-		}
-		idle = append(idle, in)
-	}
-	r.mu.Unlock()
-	for _, in := range idle {
+	for _, in := range r.idle(before) {
 		in.res.passivate(in, StopIdle)
 	}
+}
+
+// idle returns the instances unused since before (see passivateIdle).
+func (r *residents) idle(before time.Time) []*instance {
+	b := mono(before)
+	r.mu.Lock()
+	var idle []*instance
+	for e := r.lru.Back(); e != nil; {
+		in := e.Value.(*instance)
+		if in.listed.Load() > b {
+			break
+		}
+		prev := e.Prev()
+		if in.lastUsed.Load() <= b {
+			idle = append(idle, in)
+		} else {
+			in.listed.Store(monoNow())
+			r.lru.MoveToFront(e)
+		}
+		e = prev
+	}
+	r.mu.Unlock()
+	return idle
 }
 
 // stopInstance runs an instance's OnStop under ctx, bounded by the hook

@@ -95,6 +95,10 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 
 type serverMetrics struct {
 	requests *prometheus.CounterVec
+	// The outcomes' counters, resolved once: WithLabelValues hashes the
+	// label and takes the vector's read lock, which every call on every
+	// core would share.
+	delivered, refused, failed, application prometheus.Counter
 }
 
 func newServerMetrics(r prometheus.Registerer) *serverMetrics {
@@ -103,9 +107,10 @@ func newServerMetrics(r prometheus.Registerer) *serverMetrics {
 		Help: "Entity calls and sends this runner received, by outcome (ok, refused, application: the handler returned an application error, failed).",
 	}, []string{"outcome"})}
 	m.requests = register(r, m.requests)
-	for _, o := range []string{serverDelivered, serverRefused, serverFailed, serverApplication} {
-		m.requests.WithLabelValues(o)
-	}
+	m.delivered = m.requests.WithLabelValues(serverDelivered)
+	m.refused = m.requests.WithLabelValues(serverRefused)
+	m.failed = m.requests.WithLabelValues(serverFailed)
+	m.application = m.requests.WithLabelValues(serverApplication)
 	return m
 }
 

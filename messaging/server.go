@@ -105,17 +105,17 @@ func (s *Server) Call(ctx context.Context, req *callpb.CallRequest) (*callpb.Cal
 	reply := s.call(ctx, req, span)
 	switch o := reply.Outcome.(type) {
 	case *callpb.CallReply_Refusal:
-		s.metrics.requests.WithLabelValues(serverRefused).Inc()
+		s.metrics.refused.Inc()
 		span.SetAttributes(attribute.String("tenure.outcome", reasonLabel(o.Refusal.Reason)))
 	case *callpb.CallReply_Failure:
 		if o.Failure.Code == callpb.Failure_CODE_APPLICATION {
-			s.metrics.requests.WithLabelValues(serverApplication).Inc()
+			s.metrics.application.Inc()
 		} else {
-			s.metrics.requests.WithLabelValues(serverFailed).Inc()
+			s.metrics.failed.Inc()
 		}
 		span.SetStatus(codes.Error, o.Failure.Message)
 	default:
-		s.metrics.requests.WithLabelValues(serverDelivered).Inc()
+		s.metrics.delivered.Inc()
 	}
 	return reply, nil
 }
