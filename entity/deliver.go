@@ -391,7 +391,7 @@ func (m *messenger) endRead(c *call, err error) (panicked bool) {
 	if box.readers > 1 {
 		m.s.turnLocked(box, turnReading, box.readers-1)
 		m.s.calls.remove(c)
-		in := box.inst
+		in := box.inst.Load()
 		m.s.mu.Unlock()
 		if in != nil && !panicked {
 			m.h.resident.touch(in)
@@ -511,14 +511,11 @@ func (m *messenger) runTurn(c *call, kind string) (reply []byte, err error) {
 func (m *messenger) turnEntity(c *call) (Entity, error) {
 	box := c.box
 	if c.joined {
-		m.s.mu.Lock()
-		in := box.inst
-		m.s.mu.Unlock()
+		in := box.inst.Load()
 		if in == nil { // cannot happen: a reading turn keeps its instance
 			return nil, errors.New("entity: a reader joined a turn without an instance")
 		}
-		m.h.resident.touch(in)
-		return in.ent, nil
+		return in.ent, nil // touched when its turn ends (endRead)
 	}
 	ent, _, err := m.res.instanceFor(box, c.msg.Type, c.msg.ID)
 	if err == nil && c.ro {

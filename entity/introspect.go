@@ -42,7 +42,7 @@ func (h *Host) Resident(shard storage.ShardID, limit int) (out []ResidentEntity,
 	}
 	e.sched.mu.Lock()
 	for _, box := range e.sched.boxes {
-		if in := box.inst; in != nil {
+		if in := box.inst.Load(); in != nil {
 			out = append(out, ResidentEntity{Type: in.typ, ID: in.id})
 		}
 	}

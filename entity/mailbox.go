@@ -3,6 +3,7 @@ package entity
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // mailbox serialises one entity's tasks, ordered by task id (submission
@@ -25,7 +26,9 @@ type mailbox struct {
 	pending []*item
 	turn    turnState
 	held    string // id of the head task waiting in the heap; "" if none
-	inst    *instance
+	// inst is the resident instance: written under the scheduler's mu,
+	// read without it by whoever holds the turn (the call path).
+	inst    atomic.Pointer[instance]
 	waiting []*call // messages waiting for the turn, first come first
 	// lastMsg: the latest turn was a message's, so a waiting task goes
 	// before the next waiting message (neither starves the other).
@@ -149,14 +152,15 @@ func (b *mailbox) canJoin(c *call) bool { return len(b.waiting) == 0 && b.joinab
 // discarded, and is c's entity's (not a colliding key's), and no task is
 // ready.
 func (b *mailbox) joinable(c *call) bool {
+	in := b.inst.Load()
 	return b.turn == turnReading && b.shared && !b.discard && !b.taskReady() &&
-		b.inst != nil && b.inst.typ == c.msg.Type && b.inst.id == c.msg.ID
+		in != nil && in.typ == c.msg.Type && in.id == c.msg.ID
 }
 
 // idle reports whether the mailbox holds nothing: no turn, no task, no
 // instance, no message waiting.
 func (b *mailbox) idle() bool {
-	return b.turn == turnFree && len(b.pending) == 0 && b.held == "" && b.inst == nil && len(b.waiting) == 0
+	return b.turn == turnFree && len(b.pending) == 0 && b.held == "" && b.inst.Load() == nil && len(b.waiting) == 0
 }
 
 // popWaiting takes the first waiting message off b, granted its turn (the

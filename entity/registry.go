@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tenurehq/tenure/entity/task"
 )
@@ -69,10 +70,21 @@ func (f HandlerFunc) Handle(ctx context.Context, t *task.Task) (json.RawMessage,
 
 var typeName = regexp.MustCompile(`^[A-Za-z0-9_:-]{1,128}$`)
 
-// registry holds the registered types; it is read far more than written.
+// registry holds the registered types. It is read on every call and task
+// (twice per call) and written only while a service registers its types,
+// so a write copies the map and readers load it without a lock: a read
+// lock's shared counter was a point of contention between cores.
 type registry struct {
-	mu    sync.RWMutex
-	types map[string]regType
+	mu    sync.Mutex // serializes writers
+	types atomic.Pointer[map[string]regType]
+}
+
+// all returns the registered types; the map must not be changed.
+func (r *registry) all() map[string]regType {
+	if m := r.types.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // regType is a registered type: its factory, and its Definition if Define
@@ -113,13 +125,16 @@ func (r *registry) add(typ string, rt regType) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.types == nil {
-		r.types = map[string]regType{}
-	}
-	if _, dup := r.types[typ]; dup {
+	cur := r.all()
+	if _, dup := cur[typ]; dup {
 		return fmt.Errorf("%w: task type %q registered twice", ErrInvalidConfig, typ)
 	}
-	r.types[typ] = rt
+	next := maps.Clone(cur)
+	if next == nil {
+		next = map[string]regType{}
+	}
+	next[typ] = rt
+	r.types.Store(&next)
 	return nil
 }
 
@@ -133,13 +148,12 @@ func (r *registry) registerFunc(typ string, fn HandlerFunc) error {
 
 // clone returns a registry holding r's types; nil r gives an empty one.
 func (r *registry) clone() *registry {
-	c := &registry{types: map[string]regType{}}
-	if r == nil {
-		return c
+	m := map[string]regType{}
+	if r != nil {
+		maps.Copy(m, r.all())
 	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	maps.Copy(c.types, r.types)
+	c := &registry{}
+	c.types.Store(&m)
 	return c
 }
 
@@ -148,20 +162,17 @@ func (r *registry) lookup(typ string) (Factory, bool) {
 	return rt.f, ok
 }
 
-// entry returns the registered type typ: its factory and its Definition,
-// under one read lock (Deliver's path).
+// entry returns the registered type typ: its factory and its Definition
+// (Deliver's path).
 func (r *registry) entry(typ string) (regType, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	rt, ok := r.types[typ]
+	rt, ok := r.all()[typ]
 	return rt, ok
 }
 
 func (r *registry) names() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.types))
-	for n := range r.types {
+	types := r.all()
+	out := make([]string, 0, len(types))
+	for n := range types {
 		out = append(out, n)
 	}
 	slices.Sort(out)

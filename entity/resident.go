@@ -19,7 +19,7 @@ import (
 // stopped only by a sole holder or when no one holds it (passivate).
 type residency struct {
 	shardRef
-	s *scheduler // its mu guards mailbox.inst
+	s *scheduler // its mu guards the writes of mailbox.inst
 }
 
 // instance is one resident entity: the Entity a factory made for (typ, id),
@@ -201,12 +201,11 @@ func (r *residency) instanceFor(box *mailbox, typ, id string) (Entity, *stateCor
 		ent, err := newEntity(f, id)
 		return ent, nil, err
 	}
-	r.s.mu.Lock()
-	in := box.inst
-	r.s.mu.Unlock()
+	in := box.inst.Load()
 	if in != nil && in.typ == typ && in.id == id {
 		if in.state == nil || in.state.stale() == nil {
-			r.h.resident.touch(in)
+			// Touched when the turn ends (afterTurn): until then it is
+			// busy, which passivation and eviction pass over.
 			return in.ent, in.state, nil
 		}
 		r.discard(box)
@@ -240,7 +239,7 @@ func (r *residency) instanceFor(box *mailbox, typ, id string) (Entity, *stateCor
 	}
 	in = &instance{typ: typ, id: id, ent: ent, box: box, res: r, state: sc}
 	r.s.mu.Lock()
-	box.inst = in
+	box.inst.Store(in)
 	r.s.mu.Unlock()
 	r.h.resident.add(r.h, in)
 	return ent, sc, nil
@@ -260,10 +259,7 @@ func (r *residency) afterTurn(box *mailbox, err error) (panicked bool) {
 		return false
 	}
 	if box != nil {
-		r.s.mu.Lock()
-		in := box.inst
-		r.s.mu.Unlock()
-		if in != nil {
+		if in := box.inst.Load(); in != nil {
 			r.h.resident.touch(in)
 		}
 	}
@@ -278,12 +274,12 @@ func (r *residency) discard(box *mailbox) {
 		return
 	}
 	r.s.mu.Lock()
-	in := box.inst
+	in := box.inst.Load()
 	if in == nil {
 		r.s.mu.Unlock()
 		return
 	}
-	box.inst = nil
+	box.inst.Store(nil)
 	r.s.mu.Unlock()
 	r.h.stopInstance(context.Background(), in, StopFailed)
 }
@@ -291,8 +287,8 @@ func (r *residency) discard(box *mailbox) {
 // passivateBusy stops the resident instance of a mailbox its worker holds.
 func (r *residency) passivateBusy(box *mailbox, in *instance) {
 	r.s.mu.Lock()
-	if box.inst == in {
-		box.inst = nil
+	if box.inst.Load() == in {
+		box.inst.Store(nil)
 	}
 	r.s.mu.Unlock()
 	r.h.stopInstance(context.Background(), in, StopEvicted)
@@ -302,11 +298,11 @@ func (r *residency) passivateBusy(box *mailbox, in *instance) {
 func (r *residency) passivate(in *instance, reason StopReason) {
 	r.s.mu.Lock()
 	box := in.box
-	if box.turn.busy() || box.inst != in {
+	if box.turn.busy() || box.inst.Load() != in {
 		r.s.mu.Unlock()
 		return
 	}
-	box.inst = nil
+	box.inst.Store(nil)
 	r.s.dropIfIdleLocked(box)
 	r.s.mu.Unlock()
 	r.h.stopInstance(context.Background(), in, reason)
@@ -319,9 +315,9 @@ func (r *residency) stopAll(ctx context.Context, reason StopReason) {
 	r.s.mu.Lock()
 	var insts []*instance
 	for _, box := range r.s.boxes {
-		if box.inst != nil {
-			insts = append(insts, box.inst)
-			box.inst = nil
+		if box.inst.Load() != nil {
+			insts = append(insts, box.inst.Load())
+			box.inst.Store(nil)
 		}
 	}
 	clear(r.s.boxes)

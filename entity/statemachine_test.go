@@ -14,12 +14,12 @@ func TestTurnMoves(t *testing.T) {
 	b := &mailbox{key: "k"}
 	refused := func(to turnState, readers int) {
 		t.Helper()
-		before := *b
+		turn, rs := b.turn, b.readers
 		if err := b.move(to, readers); !errors.Is(err, errTurnTransition) {
-			t.Fatalf("%s → %s with %d readers: %v, want refused", before.turn, to, readers, err)
+			t.Fatalf("%s → %s with %d readers: %v, want refused", turn, to, readers, err)
 		}
-		if b.turn != before.turn || b.readers != before.readers {
-			t.Fatalf("a refused move changed the turn: %s/%d → %s/%d", before.turn, before.readers, b.turn, b.readers)
+		if b.turn != turn || b.readers != rs {
+			t.Fatalf("a refused move changed the turn: %s/%d → %s/%d", turn, rs, b.turn, b.readers)
 		}
 	}
 	moved := func(to turnState, readers int) {

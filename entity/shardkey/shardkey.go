@@ -1,8 +1,6 @@
 package shardkey
 
 import (
-	"fmt"
-
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/tenurehq/tenure/storage"
@@ -39,11 +37,20 @@ func Entity(typ, entity string) string {
 	if entity == "" {
 		return ""
 	}
-	return fmt.Sprintf("%016x", entityHash(typ, entity))
+	// By hand, not with fmt: it is on every call's path.
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	h := entityHash(typ, entity)
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return string(b[:])
 }
 
 func entityHash(typ, entity string) uint64 {
-	d := xxhash.New()
+	var d xxhash.Digest // on the stack: this runs for every call
+	d.Reset()
 	d.WriteString(typ)
 	d.Write([]byte{0})
 	d.WriteString(entity)

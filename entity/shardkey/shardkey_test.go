@@ -1,6 +1,9 @@
 package shardkey
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestOfIsTheStorageFormat pins the placement of a few entities and tasks
 // and an entity's key: they are part of the storage format (a change would
@@ -31,5 +34,26 @@ func TestOfIsTheStorageFormat(t *testing.T) {
 	}
 	if got := Entity("counter", ""); got != "" {
 		t.Errorf("Entity without an id = %q, want empty", got)
+	}
+}
+
+// TestEntityKeyFormat: the entity key is the hash in 16 lowercase hex
+// digits, leading zeros kept (the storage format of mailbox keys, ready
+// pointers and reminders), as fmt's %016x writes it.
+func TestEntityKeyFormat(t *testing.T) {
+	seenLeadingZero := false
+	for i := range 5000 {
+		typ, id := "counter", fmt.Sprintf("c%d", i)
+		want := fmt.Sprintf("%016x", entityHash(typ, id))
+		if got := Entity(typ, id); got != want {
+			t.Fatalf("Entity(%q, %q) = %q, want %q", typ, id, got, want)
+		}
+		seenLeadingZero = seenLeadingZero || want[0] == '0'
+	}
+	if !seenLeadingZero {
+		t.Fatal("no hash with a leading zero digit among 5000: the case is untested")
+	}
+	if Entity("counter", "") != "" {
+		t.Fatal("an entity-less key is not empty")
 	}
 }
