@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,8 +15,9 @@ import (
 
 const benchLong = `Runs benchmark scenarios on loopback: it starts an embedded etcd and an
 embedded S3 server (VersityGW) itself, then runners in this process or as
-child processes of this binary, with a 3s lease TTL. ` + "`bench all`" + ` takes four to
-five minutes on two cores; --quick runs a smoke version in under a minute.
+child processes of this binary, with a 3s lease TTL (scale: the default
+10s). ` + "`bench all`" + ` takes four to five minutes on two cores, plus two to three
+for scale; --quick runs a smoke version in about a minute.
 See BENCHMARKS.md for what each scenario measures. -o json prints one JSON
 object with every figure instead of a table.
 
@@ -35,6 +37,9 @@ scenarios:
               errors and unavailability under a SIGTERM and a SIGKILL of a runner
   state       durable entity state (the built-in counter): cold, warm and post-handoff
               activation and save latency, S3 requests per activation and per save
+  scale       N runner processes (--runners) over --shards shards: cold start to a balanced
+              assignment, SIGTERM and SIGKILL of one runner until its shards are re-owned,
+              idle etcd and S3 requests/s
 `
 
 // benchOptions is what CLI.benchBase holds: the base of `tenure bench`'s
@@ -48,6 +53,8 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 		data   string
 		quick  bool
 		s3lat  string
+		scaleN []int
+		shards int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO... | all",
@@ -71,6 +78,15 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 				}
 				o.S3Latency = &l
 			}
+			for _, n := range scaleN {
+				if n < 2 || n > bench.MaxScaleRunners {
+					return usagef("--runners %d: each must be in [2, %d]", n, bench.MaxScaleRunners)
+				}
+			}
+			if shards < 0 || shards > bench.MaxScaleShards {
+				return usagef("--shards %d: must be in [1, %d]", shards, bench.MaxScaleShards)
+			}
+			o.ScaleRunners, o.ScaleShards = scaleN, shards
 			o.Scenarios, o.Trials, o.Quick, o.DataDir = args, trials, quick, data
 			o.Progress, o.Version = cli.Stderr, cli.Version
 			return runBench(cmd.Context(), cli, o, cli.wantJSON(cmd))
@@ -81,8 +97,20 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 	fs.StringVar(&data, "data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
 	fs.BoolVar(&quick, "quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
 	fs.StringVar(&s3lat, "s3-latency", "", "simulated S3 round trip on the runners' and submitters' requests, RTT[,jitter=J] (e.g. 20ms,jitter=10ms); latency-profile measures this one instead of 20ms and 5ms")
+	fs.IntSliceVar(&scaleN, "runners", nil, fmt.Sprintf("scale: runner process counts, one row each, e.g. 3,10 (default %s; %s with --quick)",
+		joinInts(bench.DefaultScaleRunners()), joinInts(bench.QuickScaleRunners)))
+	fs.IntVar(&shards, "shards", 0, fmt.Sprintf("scale: shards (default %d; %d with --quick)", bench.DefaultScaleShards, bench.QuickScaleShards))
 	addJSONAlias(cmd)
 	return cmd
+}
+
+// joinInts renders ns as a comma-separated list.
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
 }
 
 // runBench runs the bench of o and prints its report, as one JSON object

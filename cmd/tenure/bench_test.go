@@ -101,6 +101,9 @@ func TestBenchArgs(t *testing.T) {
 		{[]string{"latency-profile", "--s3-latency", "20ms,jit=1ms"}, "jitter=DURATION", bench.ErrInvalidOptions},
 		{[]string{"latency-profile", "--s3-latency", "-5ms"}, "positive", bench.ErrInvalidOptions},
 		{[]string{"latency-profile", "--s3-latency", "1h"}, "at most", bench.ErrInvalidOptions},
+		{[]string{"scale", "--runners", "3,1"}, "--runners 1", nil},
+		{[]string{"scale", "--runners", "3,x"}, "invalid argument", nil},
+		{[]string{"scale", "--shards", "-1"}, "--shards -1", nil},
 	} {
 		_, _, err := runBenchCmd(ctx, t, bench.Options{}, tc.args...)
 		switch {

@@ -15,7 +15,9 @@ import (
 
 // Result is one scenario's figures: a *HandoverResult (failover,
 // handoff), *DetachResult, *ThroughputResult, *LatencyResult,
-// *S3CostResult, *AssignResult, *CallResult or *StateResult. Each has a "trials" list.
+// *S3CostResult, *AssignResult, *CallResult, *StateResult or
+// *ScaleResult. Each has a "trials" list, but for scale's "rows" (one per
+// runner count).
 type Result interface {
 	// rows summarises the figures for the table.
 	rows() []row
@@ -73,6 +75,7 @@ var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
 	ScenarioAssign:         runAssign,
 	ScenarioCall:           runCall,
 	ScenarioState:          runState,
+	ScenarioScale:          runScale,
 }
 
 // Run runs the selected scenarios one after the other and returns their

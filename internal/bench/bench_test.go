@@ -322,3 +322,57 @@ func TestStateScenario(t *testing.T) {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }
+
+// TestScaleScenario runs scale quickly (3 runner processes of a freshly
+// built tenure, 256 shards) against the shared servers: the row must have
+// a cold start, a handoff and a crash that moved shards, and idle rates
+// that are counted and not negative. Timings are reported, not asserted.
+func TestScaleScenario(t *testing.T) {
+	infra := sharedInfra(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "tenure")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tenure")
+	build.Dir = filepath.Join(pkgDir, "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var progress strings.Builder
+	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin,
+		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+	if err != nil {
+		t.Fatalf("bench scale: %v\n%s", err, progress.String())
+	}
+	r, ok := rep.Scenarios[ScenarioScale].(*ScaleResult)
+	if !ok || len(r.Rows) != len(QuickScaleRunners) || r.Shards != QuickScaleShards {
+		t.Fatalf("scale result: %#v", rep.Scenarios[ScenarioScale])
+	}
+	for _, x := range r.Rows {
+		t.Logf("%d runners: %+v", x.Runners, x)
+		total := 0
+		for _, n := range x.PerRunner {
+			total += n
+		}
+		if x.ColdStartMS <= 0 || x.ColdStartLockChanges < x.Shards || total != x.Shards || len(x.PerRunner) != x.Runners {
+			t.Errorf("%d runners: cold start %gms, %d lock changes, shards by runner %v", x.Runners, x.ColdStartMS, x.ColdStartLockChanges, x.PerRunner)
+		}
+		for _, f := range []ScaleFault{x.Handoff, x.Crash} {
+			if f.ReownedMS <= 0 || f.Shards < 1 || f.Victim == "" {
+				t.Errorf("%d runners, %s: %+v", x.Runners, f.Signal, f)
+			}
+		}
+		if x.Handoff.ExitCode != 0 || x.Crash.ExitCode != -1 || x.Handoff.RebalancedMS < x.Handoff.ReownedMS {
+			t.Errorf("%d runners: handoff %+v, crash %+v: want exit codes 0 and -1, rebalanced after re-owned", x.Runners, x.Handoff, x.Crash)
+		}
+		i := x.Idle
+		// The shared etcd is embedded in the test binary: its counters
+		// are readable, and idle runners keep their leases alive.
+		if i.EtcdPerS == nil || *i.EtcdPerS <= 0 || *i.EtcdPerSPerRunner <= 0 || i.S3PerS < 0 || i.S3PerSPerRunner < 0 || i.WindowS <= 0 || i.ReconcileListsPerS <= 0 {
+			t.Errorf("%d runners, idle: %+v (etcd %s)", x.Runners, i, describeEtcdRate(i))
+		}
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "3 runners: cold start → balanced") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+}

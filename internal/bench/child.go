@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,14 +37,15 @@ func (e *env) executable() (string, error) {
 }
 
 // startChild starts runner id as a child process: `tenure run` with the
-// cluster's settings in TENURE_* variables, its output in a log file.
-func (c *cluster) startChild(id string) (*child, error) {
+// cluster's settings, and extra config overrides (key=value) of its own,
+// in TENURE_* variables, its output in a log file.
+func (c *cluster) startChild(id string, extra ...string) (*child, error) {
 	e := c.env
 	exe, err := e.executable()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.config(id); err != nil { // refuse bad settings here, not in the child's log
+	if _, err := c.config(id, extra...); err != nil { // refuse bad settings here, not in the child's log
 		return nil, err
 	}
 	// An empty config file: the settings come from the environment, and
@@ -59,7 +61,7 @@ func (c *cluster) startChild(id string) (*child, error) {
 	ch := &child{id: id, logPath: log.Name(), done: make(chan struct{})}
 	ch.cmd = exec.Command(exe, "run", "--config", cfgPath, "--runner-id", id)
 	ch.cmd.Stdout, ch.cmd.Stderr = log, log
-	ch.cmd.Env = childEnv(c.overrides)
+	ch.cmd.Env = childEnv(append(slices.Clone(c.overrides), extra...))
 	ch.cmd.SysProcAttr = childAttr()
 	e.mu.Lock()
 	defer e.mu.Unlock()

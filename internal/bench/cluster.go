@@ -126,6 +126,21 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 	if err != nil {
 		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
 	}
+	cands, why := registeredAs(runners, want)
+	if why != "" {
+		return false, why, nil
+	}
+	holders, err := harness.Holders(rctx, c.store)
+	if err != nil {
+		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
+	}
+	ok, why := c.assigned(cands, holders)
+	return ok, why, nil
+}
+
+// registeredAs returns the placement candidates of runners, or why not
+// when their ids are not want (sorted).
+func registeredAs(runners []storage.RunnerInfo, want []string) ([]placement.Candidate, string) {
 	var ids []string
 	var cands []placement.Candidate
 	for _, r := range runners {
@@ -134,21 +149,24 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 	}
 	sort.Strings(ids)
 	if !slices.Equal(ids, want) {
-		return false, fmt.Sprintf("registered runners %v, want %v", ids, want), nil
+		return nil, fmt.Sprintf("registered runners %v, want %v", ids, want)
 	}
-	holders, err := harness.Holders(rctx, c.store)
-	if err != nil {
-		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
-	}
+	return cands, ""
+}
+
+// assigned reports whether holders lock every shard as the runners'
+// own assignment code (placement.Reassign from the current holders, as a
+// runner computes it) gives them to cands, or why not.
+func (c *cluster) assigned(cands []placement.Candidate, holders map[storage.ShardID]string) (bool, string) {
 	current := placement.Assignment(holders)
-	if len(current) != c.Meta.Shards {
-		return false, fmt.Sprintf("%d of %d shards locked", len(current), c.Meta.Shards), nil
+	if len(current) != c.Meta.Shards*len(c.Meta.Groups) {
+		return false, fmt.Sprintf("%d of %d shards locked", len(current), c.Meta.Shards*len(c.Meta.Groups))
 	}
 	next := placement.Reassign(c.Meta.Groups, c.Meta.Shards, cands, current)
 	if !maps.Equal(next, current) {
-		return false, fmt.Sprintf("locks [%s] differ from the assignment [%s]", describeCounts(current.Counts()), describeCounts(next.Counts())), nil
+		return false, fmt.Sprintf("locks [%s] differ from the assignment [%s]", describeCounts(current.Counts()), describeCounts(next.Counts()))
 	}
-	return true, "", nil
+	return true, ""
 }
 
 // describeCounts renders shard counts by runner, sorted.

@@ -25,6 +25,12 @@
 //     own runner (local): calls/s and latency by callers; then errors and
 //     unavailability while a runner process is stopped (SIGTERM) or killed
 //     (SIGKILL) under 64 callers.
+//   - scale: N runner processes (3, 10, …) over 4096 shards, every
+//     listener on an address the bench chose: time from a cold start to
+//     the balanced assignment (placement.Reassign over the registered
+//     runners, read from etcd), a SIGTERM and a SIGKILL until the victim's
+//     shards are re-owned, and the idle cluster's etcd requests/s (etcd's
+//     own counters) and S3 requests/s (on the wire).
 //
 // Every wait is bounded, and every runner, child process and server the
 // run starts is stopped when it ends, fails or is interrupted.

@@ -25,6 +25,9 @@ const (
 	ScenarioLatencyProfile = "latency-profile"
 	// ScenarioRenewal is the cost of renewing a long task's claim.
 	ScenarioRenewal = "renewal"
+	// ScenarioScale is cold start, handoff, failover and idle request
+	// rates of N runner processes over many shards.
+	ScenarioScale = "scale"
 	// All selects every scenario.
 	All = "all"
 )
@@ -32,7 +35,7 @@ const (
 // Names returns every scenario name in the order a run takes them.
 func Names() []string {
 	return []string{ScenarioFailover, ScenarioHandoff, ScenarioDetach, ScenarioThroughput,
-		ScenarioLatency, ScenarioLatencyProfile, ScenarioS3Cost, ScenarioRenewal, ScenarioAssign, ScenarioCall, ScenarioState}
+		ScenarioLatency, ScenarioLatencyProfile, ScenarioS3Cost, ScenarioRenewal, ScenarioAssign, ScenarioCall, ScenarioState, ScenarioScale}
 }
 
 // Defaults of a run.
@@ -43,6 +46,11 @@ const (
 	QuickTrials = 1
 	// MaxTrials bounds Trials, so that a typo cannot run for hours.
 	MaxTrials = 100
+	// MaxScaleRunners bounds each ScaleRunners count, so that a typo
+	// cannot start thousands of processes.
+	MaxScaleRunners = 500
+	// MaxScaleShards bounds ScaleShards.
+	MaxScaleShards = 65536
 	// LeaseTTL is the runners' lease TTL: short, so that failover and
 	// detachment trials finish in seconds.
 	LeaseTTL = 3 * time.Second
@@ -88,6 +96,12 @@ type Options struct {
 	// request of the runners and submitters of every scenario, and is the
 	// one profile latency-profile measures (instead of its defaults).
 	S3Latency *S3Latency
+	// ScaleRunners are the runner-process counts scale measures, one row
+	// each; empty: DefaultScaleRunners (QuickScaleRunners with Quick).
+	ScaleRunners []int
+	// ScaleShards is scale's shard count; 0: DefaultScaleShards
+	// (QuickScaleShards with Quick).
+	ScaleShards int
 }
 
 // Infra is an etcd and an S3 server to run against instead of embedded
@@ -137,6 +151,14 @@ func (o Options) Validate() error {
 	}
 	if o.Trials < 0 || o.Trials > MaxTrials {
 		return fmt.Errorf("%w: Trials = %d: must be in [1, %d] (0: the default)", ErrInvalidOptions, o.Trials, MaxTrials)
+	}
+	for _, n := range o.ScaleRunners {
+		if n < 2 || n > MaxScaleRunners { // one runner has nobody to hand off to
+			return fmt.Errorf("%w: ScaleRunners has %d: each must be in [2, %d]", ErrInvalidOptions, n, MaxScaleRunners)
+		}
+	}
+	if o.ScaleShards < 0 || o.ScaleShards > MaxScaleShards {
+		return fmt.Errorf("%w: ScaleShards = %d: must be in [1, %d] (0: the default)", ErrInvalidOptions, o.ScaleShards, MaxScaleShards)
 	}
 	if l := o.S3Latency; l != nil {
 		if err := l.validate(); err != nil {

@@ -243,7 +243,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := settleListings(ctx, runnersWire, costShards); err != nil {
+	if err := settleListings(ctx, runnersWire, costShards, settleWithin); err != nil {
 		return nil, err
 	}
 	tc, err := c.client(ctx, "s3.endpoint="+clientWire.URL())
@@ -351,9 +351,9 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 
 // settleListings waits for the listing each runner makes of each shard it
 // acquires, as the runners' proxy counts them: at least one per shard,
-// then none for a second.
-func settleListings(ctx context.Context, wire *s3count.Proxy, shards int) error {
-	deadline := time.Now().Add(settleWithin)
+// then none for a second, within within.
+func settleListings(ctx context.Context, wire *s3count.Proxy, shards int, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	last, since := -1, time.Now()
 	for {
 		if n := wire.Counts().Requests[s3count.OpList]; n != last {
@@ -363,7 +363,7 @@ func settleListings(ctx context.Context, wire *s3count.Proxy, shards int) error 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: the runners' start-up listings did not settle within %s (%d listings)", settleWithin, last)
+			return fmt.Errorf("bench: the runners' start-up listings did not settle within %s (%d listings)", within, last)
 		}
 		select {
 		case <-ctx.Done():

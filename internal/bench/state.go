@@ -88,7 +88,7 @@ func runState(ctx context.Context, e *env) (Result, error) {
 	if err := c.convergedAlive(ctx, []string{owner.id}, owner.failed); err != nil {
 		return nil, err
 	}
-	if err := settleListings(ctx, wire, stateShards); err != nil {
+	if err := settleListings(ctx, wire, stateShards, settleWithin); err != nil {
 		return nil, err
 	}
 	cfg, err := c.config("bench-caller")
@@ -143,7 +143,7 @@ func runState(ctx context.Context, e *env) (Result, error) {
 		if err := c.convergedAlive(ctx, []string{owner.id}, owner.failed); err != nil {
 			return nil, err
 		}
-		if err := settleListings(ctx, wire, stateShards); err != nil {
+		if err := settleListings(ctx, wire, stateShards, settleWithin); err != nil {
 			return nil, err
 		}
 		idle, err = counters(registries([]*inproc{owner}), "tenure_entity_passivations_total", "reason", nil)
