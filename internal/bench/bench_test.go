@@ -235,12 +235,7 @@ func TestCallScenario(t *testing.T) {
 	infra := sharedInfra(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "tenure")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tenure")
-	build.Dir = filepath.Join(pkgDir, "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTenure(ctx, t)
 	var progress strings.Builder
 	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioCall}, Quick: true, Infra: infra, Executable: bin,
 		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
@@ -331,12 +326,7 @@ func TestScaleScenario(t *testing.T) {
 	infra := sharedInfra(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "tenure")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tenure")
-	build.Dir = filepath.Join(pkgDir, "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTenure(ctx, t)
 	var progress strings.Builder
 	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin,
 		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
@@ -375,4 +365,17 @@ func TestScaleScenario(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "3 runners: cold start → balanced") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
+}
+
+// buildTenure builds ./cmd/tenure into the test's temporary directory:
+// the runner processes of the scenarios that start them.
+func buildTenure(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tenure")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tenure")
+	build.Dir = filepath.Join(pkgDir, "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
