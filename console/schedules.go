@@ -30,6 +30,11 @@ const (
 	// read anew, so that a page refreshing every 2 s costs each schedule
 	// one LIST per historyReuse.
 	historyReuse = 5 * time.Second
+	// historyBudget bounds the histories of one GET: a slow object store
+	// leaves rows without a history (history_error says so) rather than
+	// spending the view's whole ViewTimeout, which the singletons' runner
+	// statuses need too.
+	historyBudget = ViewTimeout / 2
 )
 
 // schedulesView is GET schedules.
@@ -198,6 +203,8 @@ func (a *API) groupSchedules(ctx context.Context, g string) (Schedules, []*sched
 // historyReads at a time, each reused for historyReuse. budget counts the
 // histories the view may still read.
 func (a *API) histories(ctx context.Context, sc Schedules, scheds []*schedule.Schedule, rows []scheduleRow, now time.Time, budget *int) {
+	ctx, cancel := context.WithTimeout(ctx, historyBudget)
+	defer cancel()
 	sem := make(chan struct{}, historyReads)
 	var wg sync.WaitGroup
 	for i, s := range scheds {
@@ -217,6 +224,10 @@ func (a *API) histories(ctx context.Context, sc Schedules, scheds []*schedule.Sc
 			h, err := sc.History(ctx, s)
 			if err != nil {
 				row.HistErr = err.Error()
+				if ctx.Err() != nil {
+					row.HistErr = "not read within " + historyBudget.String() + ": " + row.HistErr
+				}
+				a.d.Logger.Warn("console: reading a schedule's history", "schedule", row.Ref, "err", err)
 				return
 			}
 			a.hist.put(row.Ref, h, now)
