@@ -50,16 +50,12 @@ const (
 var ErrEmptyEntityID = errors.New("entity: message names no entity id")
 
 // call is one admitted message. It is its handler's context: the caller's
-// context (a send's own), cancelled by cancel, carrying the message
-// (CallFrom) and the host's Caller (CallerFrom), in one allocation.
+// context (a send's own), ended by its runner with interrupt (msgCtx),
+// carrying the message (CallFrom) and the host's Caller (CallerFrom), in
+// one allocation.
 type call struct {
-	context.Context
-	cancel context.CancelCauseFunc
+	msgCtx
 	msg    Message
-	// parent is the caller's context (a send's own): when it has ended,
-	// the caller's deadline or cancellation ended the message, else its
-	// runner did (a detachment, a lost shard, a shutdown).
-	parent context.Context
 	caller Caller
 	dec    context.Context // the detachment decision it was admitted under; nil: none
 	box    *mailbox
@@ -73,7 +69,7 @@ type call struct {
 	// reading turn whose first reader activated the instance. Beside
 	// granted, so that the three share one word.
 	ro, joined bool
-	started    time.Time // when it took the turn (set under the scheduler's mu)
+	started    time.Time // when it took the turn (under the scheduler's mu once listed)
 	prev, next *call     // in the scheduler's calls, under its mu
 }
 
@@ -93,7 +89,7 @@ func (c *call) Value(key any) any {
 			return c.ref.self(c.msg.Type, c.msg.ID, "")
 		}
 	}
-	return c.Context.Value(key)
+	return c.msgCtx.value(key)
 }
 
 // ctxErr is the error of a message whose caller's context ended before
@@ -157,9 +153,11 @@ func (h *Host) Deliver(ctx context.Context, d Delivery) ([]byte, error) {
 // call admits a call under the gate and runs it on the caller's
 // goroutine, once it has its entity's turn.
 func (m *messenger) call(ctx context.Context, msg Message, dctx context.Context, key string, ro bool) ([]byte, error) {
-	c := &call{msg: msg, parent: ctx, caller: m.h.caller, dec: dctx, ref: &m.shardRef, ro: ro}
-	c.Context, c.cancel = context.WithCancelCause(ctx)
-	defer c.cancel(nil)
+	c := &call{msgCtx: msgCtx{parent: ctx}, msg: msg, caller: m.h.caller, dec: dctx, ref: &m.shardRef, ro: ro}
+	defer c.finish()
+	// The clock is read before the lock, which every call of the shard
+	// takes: a call granted its turn at once started now.
+	c.started = time.Now()
 	m.s.mu.Lock()
 	if err := m.gateLocked(dctx); err != nil {
 		m.s.mu.Unlock()
@@ -168,6 +166,9 @@ func (m *messenger) call(ctx context.Context, msg Message, dctx context.Context,
 	}
 	m.s.workers.Add(1)
 	turn := m.s.takeTurnLocked(c, key)
+	if !turn {
+		c.started = time.Time{} // set when it is granted the turn
+	}
 	m.s.mu.Unlock()
 	defer m.s.workers.Done()
 	if !turn {
@@ -246,8 +247,8 @@ func handleMessage(c *call, ent Entity, shard storage.ShardID) (reply []byte, er
 			m.Type, m.ID, ErrBadInput, m.Type)
 	}
 	t := &task.Task{
-		ID: "call-" + task.NewID(), Type: m.Type, Entity: m.ID, Shard: shard, Input: json.RawMessage(m.Body),
-		Status: task.Running, Attempt: 1, MaxAttempts: 1, CreatedAt: time.Now(),
+		ID: callTaskID(), Type: m.Type, Entity: m.ID, Shard: shard, Input: json.RawMessage(m.Body),
+		Status: task.Running, Attempt: 1, MaxAttempts: 1, CreatedAt: c.started,
 	}
 	return safeHandle(c, ent, t)
 }
@@ -300,7 +301,7 @@ func (m *messenger) decisionEnded(dctx context.Context) {
 	defer m.s.mu.Unlock()
 	for c := m.s.calls.head; c != nil; c = c.next {
 		if c.dec == dctx {
-			c.cancel(cause)
+			c.interrupt(cause)
 		}
 	}
 }
@@ -320,7 +321,7 @@ func (m *messenger) cancelCalls(cause error) {
 	m.s.mu.Lock()
 	defer m.s.mu.Unlock()
 	for c := m.s.calls.head; c != nil; c = c.next {
-		c.cancel(cause)
+		c.interrupt(cause)
 	}
 }
 
@@ -424,11 +425,10 @@ func (m *messenger) admitSend(msg Message, dctx context.Context, key string, ro 
 	// ends when Deliver returns.
 	ctx, stop := context.WithTimeout(context.Background(), m.h.cfg.SendTimeout)
 	c.parent = ctx
-	c.Context, c.cancel = context.WithCancelCause(ctx)
 	m.s.mu.Lock()
 	if err := m.gateLocked(dctx); err != nil {
 		m.s.mu.Unlock()
-		c.cancel(nil)
+		c.finish()
 		stop()
 		m.h.metrics.messages(kindSend, msgRefused).Inc()
 		return err
@@ -439,7 +439,7 @@ func (m *messenger) admitSend(msg Message, dctx context.Context, key string, ro 
 	go func() {
 		defer m.s.workers.Done()
 		defer stop()
-		defer c.cancel(nil)
+		defer c.finish()
 		var err error
 		if !turn {
 			err = m.waitTurn(c)

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/entity/task"
@@ -226,7 +225,7 @@ func TestDeliverReplies(t *testing.T) {
 	if out.Sum != 2 || out.Call || out.Caller != `"fake"` {
 		t.Fatalf("sum task result %+v", out)
 	}
-	if n := testutil.ToFloat64(b.metrics.messages(kindCall, msgOK)); n != 2 {
+	if n := float64(b.metrics.messages(kindCall, msgOK).Value()); n != 2 {
 		t.Fatalf("calls counted ok: %v, want 2", n)
 	}
 }
@@ -302,6 +301,9 @@ type blocker struct {
 	entered chan struct{}
 	release chan struct{}
 	ended   chan error // context.Cause when cancelled, nil when released
+	// returned is set as a released handler returns: what a planned
+	// release waits for (its caller's Deliver returns a moment later).
+	returned atomic.Bool
 }
 
 func newBlocker() *blocker {
@@ -316,6 +318,7 @@ func (k *blocker) hook(ctx context.Context, m *Message) ([]byte, error) {
 	select {
 	case <-k.release:
 		k.ended <- nil
+		k.returned.Store(true)
 		return []byte(`"released"`), nil
 	case <-ctx.Done():
 		k.ended <- context.Cause(ctx)
@@ -414,7 +417,7 @@ func TestDeliverRefusals(t *testing.T) {
 	refusedAs(t, (<-queued).err, RefusedNotAttached, 7)
 	_, err = b.Deliver(ctx, d)
 	refusedAs(t, err, RefusedNotAttached, 7)
-	if n := testutil.ToFloat64(b.metrics.messages(kindCall, msgRefused)); n != 4 {
+	if n := float64(b.metrics.messages(kindCall, msgRefused).Value()); n != 4 {
 		t.Fatalf("refusals counted: %v, want 4", n)
 	}
 }
@@ -429,11 +432,9 @@ func TestDeliverHandoff(t *testing.T) {
 	d := b.delivery("probe", "h1", `"block"`)
 	o := b.own(d.Shard, 9)
 
-	var finished atomic.Bool
 	running := make(chan result, 1)
 	go func() {
 		r, err := b.Deliver(ctx, d)
-		finished.Store(true)
 		running <- result{string(r), err}
 	}()
 	<-k.entered
@@ -454,7 +455,7 @@ func TestDeliverHandoff(t *testing.T) {
 	released := make(chan bool, 1)
 	go func() {
 		b.ShardReleasing(ctxFor(t, 20*time.Second), o.Ownership)
-		released <- finished.Load()
+		released <- k.returned.Load()
 	}()
 	close(k.release)
 	if cause := <-k.ended; cause != nil {
@@ -464,7 +465,7 @@ func TestDeliverHandoff(t *testing.T) {
 		t.Fatalf("running call: %q, %v", r.reply, r.err)
 	}
 	if !<-released {
-		t.Fatal("ShardReleasing returned before the running call had")
+		t.Fatal("ShardReleasing returned before the running call's handler had")
 	}
 	if b.route(d.Shard) != nil {
 		t.Fatal("the route stays after the release")
@@ -581,7 +582,7 @@ func TestDeliverBadInput(t *testing.T) {
 	}
 	close(sendGate) // the handler cannot have returned before
 	testenv.WaitFor(t, "the send handled", 10*time.Second, func() bool {
-		return testutil.ToFloat64(b.metrics.messages(kindSend, msgOK)) == 1
+		return float64(b.metrics.messages(kindSend, msgOK).Value()) == 1
 	})
 	if n := s.runs.Load() - runs; n != 1 {
 		t.Fatalf("the send ran %d times", n)

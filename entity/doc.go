@@ -188,9 +188,9 @@
 //     failure is logged. Durable, retried delivery is the task path.
 //
 // An instance that implements Receiver gets messages in Receive; any other
-// gets them in Handle, as a task built from the message (id "call-…", one
-// attempt, the body as its input, which must then be JSON), and tells them
-// from tasks with CallFrom. A handler that panics returns a *PanicError and
+// gets them in Handle, as a task built from the message (id "call-" and 32
+// random hex digits, one attempt, the body as its input, which must then
+// be JSON), and tells them from tasks with CallFrom. A handler that panics returns a *PanicError and
 // its instance is discarded (StopFailed), for messages and tasks alike.
 // Messages are counted in tenure_entity_messages_total{kind,outcome} and
 // timed in tenure_entity_message_duration_seconds{kind}.

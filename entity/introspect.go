@@ -84,7 +84,7 @@ type Activity struct {
 
 // Activity returns the host's counters, for rates (sample it twice).
 func (h *Host) Activity() Activity {
-	return Activity{Messages: h.metrics.served.Load(), TasksCompleted: h.metrics.completed.Load()}
+	return Activity{Messages: h.metrics.served.Value(), TasksCompleted: h.metrics.completed.Load()}
 }
 
 // PendingReminder is a reminder of an entity that has not run yet: its

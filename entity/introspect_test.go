@@ -13,13 +13,13 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// tally is a defined type for the introspection test: two operations.
-type tally struct {
+// tallyEnt is a defined type for the introspection test: two operations.
+type tallyEnt struct {
 	N int `json:"n"`
 }
 
-func (t *tally) Add(_ Context, in struct{ N int }) (int, error) { t.N += in.N; return t.N, nil }
-func (t *tally) Get(_ Context) (int, error)                     { return t.N, nil }
+func (t *tallyEnt) Add(_ Context, in struct{ N int }) (int, error) { t.N += in.N; return t.N, nil }
+func (t *tallyEnt) Get(_ Context) (int, error)                     { return t.N, nil }
 
 // TestResidentListing: a host lists the entities resident in a shard it
 // owns (sorted by type then id, bounded by the limit), counts them all,
@@ -28,7 +28,7 @@ func (t *tally) Get(_ Context) (int, error)                     { return t.N, ni
 func TestResidentListing(t *testing.T) {
 	e := newEnv(t, 2)
 	h := e.bareHost(func(h *Host) {
-		if err := h.Define(Define[tally]("tally", nil, Default("Add"), ReadOnly("Get"), Volatile())); err != nil {
+		if err := h.Define(Define[tallyEnt]("tally", nil, Default("Add"), ReadOnly("Get"), Volatile())); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.Register("echo", func(string) (Entity, error) { return echo{}, nil }); err != nil {

@@ -2,9 +2,12 @@ package entity
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/tenurehq/tenure/storage"
 )
@@ -175,4 +178,20 @@ func SendJSON(ctx context.Context, c Caller, typ, id string, in any) error {
 		return fmt.Errorf("entity: send %s/%s: input does not encode as JSON: %w", typ, id, err)
 	}
 	return c.Send(ctx, typ, id, body)
+}
+
+// callTaskID returns the id of the task a message is handed to a Handle
+// as: "call-" and 32 random hex digits. Not a task.NewID: a call's task is
+// never stored, so it needs no time order, and UUIDv7's ordering takes a
+// process-wide lock, which every local call on every core then queued on.
+// The 128 bits come from the runtime's per-thread ChaCha8 generator
+// (math/rand/v2's top-level functions), unique for any practical purpose.
+func callTaskID() string {
+	var b [5 + 32]byte
+	copy(b[:], "call-")
+	var r [16]byte
+	binary.LittleEndian.PutUint64(r[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(r[8:], rand.Uint64())
+	hex.Encode(b[5:], r[:])
+	return string(b[:])
 }

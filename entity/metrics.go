@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/internal/tally"
 )
 
 // Task outcomes, the values of the outcome label.
@@ -45,8 +47,10 @@ type metrics struct {
 	// msgs holds the children of tenure_entity_messages_total, by kind
 	// then outcome, and msgDur those of the duration histogram, by kind:
 	// resolved once, since every message counts.
-	msgs   map[string]map[string]prometheus.Counter
-	msgDur map[string]prometheus.Observer
+	// Both are striped (package tally): every local call updates them,
+	// from every core at once.
+	msgs   map[string]map[string]*tally.Counter
+	msgDur map[string]*tally.Histogram
 	// stateLoads and stateSaves hold the children of the state counters by
 	// outcome, pre-initialised.
 	stateLoads   map[string]prometheus.Counter
@@ -58,7 +62,7 @@ type metrics struct {
 	// served and completed count the messages whose handler ran to an end
 	// (any outcome) and the task attempts that completed: Host.Activity
 	// reads them, cheaper than gathering the series.
-	served    atomic.Uint64
+	served    *tally.Counter
 	completed atomic.Uint64
 }
 
@@ -81,10 +85,10 @@ func (m *metrics) attemptDuration(typ string) prometheus.Observer {
 func (m *metrics) unhandledType(typ string) { m.unhandled.WithLabelValues(m.types.value(typ)).Inc() }
 
 // messages is the counter of messages of kind (call, send) with outcome.
-func (m *metrics) messages(kind, outcome string) prometheus.Counter { return m.msgs[kind][outcome] }
+func (m *metrics) messages(kind, outcome string) *tally.Counter { return m.msgs[kind][outcome] }
 
 // messageDuration is the handler duration histogram of messages of kind.
-func (m *metrics) messageDuration(kind string) prometheus.Observer { return m.msgDur[kind] }
+func (m *metrics) messageDuration(kind string) *tally.Histogram { return m.msgDur[kind] }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	const ns = "tenure"
@@ -129,20 +133,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Finished tasks deleted by the retention sweep of the shards this runner owns (entity.task_retention), by status."}, []string{"status"})
 	m.sweeps = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "sweeps_total",
 		Help: "Retention sweep passes completed over owned shards."})
-	msgs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "entity", Name: "messages_total",
+	msgs := tally.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "entity", Name: "messages_total",
 		Help: "Messages delivered to this runner's entities, by kind (call, send) and outcome (ok; application: the handler returned an application error; error; panic; refused; cancelled: interrupted or not started)."},
 		[]string{"kind", "outcome"})
-	msgDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "entity", Name: "message_duration_seconds",
+	msgDur := tally.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "entity", Name: "message_duration_seconds",
 		Help:    "Handler run time of one message (call or send), from its turn to its reply.",
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12)}, []string{"kind"})
-	m.msgs, m.msgDur = map[string]map[string]prometheus.Counter{}, map[string]prometheus.Observer{}
+	m.msgs, m.msgDur = map[string]map[string]*tally.Counter{}, map[string]*tally.Histogram{}
 	for _, kind := range []string{kindCall, kindSend} {
-		m.msgs[kind] = map[string]prometheus.Counter{}
+		m.msgs[kind] = map[string]*tally.Counter{}
 		for _, outcome := range []string{msgOK, msgError, msgApplication, msgPanic, msgRefused, msgCancelled} {
-			m.msgs[kind][outcome] = msgs.WithLabelValues(kind, outcome)
+			m.msgs[kind][outcome] = msgs.With(kind, outcome)
 		}
-		m.msgDur[kind] = msgDur.WithLabelValues(kind)
+		m.msgDur[kind] = msgDur.With(kind)
 	}
+	m.served = tally.NewCounter()
 	reg.MustRegister(msgs, msgDur)
 	m.registerState(reg)
 	reg.MustRegister(m.attempts, m.tasksOld, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,

@@ -32,9 +32,13 @@ type callList struct {
 	n    int
 }
 
-// push records that c holds its turn from now.
+// push records that c holds its turn from now: from c.started, if its
+// caller read the clock before taking the lock (a call granted at once),
+// else from now.
 func (l *callList) push(c *call) {
-	c.started = time.Now()
+	if c.started.IsZero() {
+		c.started = time.Now()
+	}
 	c.prev, c.next = nil, l.head
 	if l.head != nil {
 		l.head.prev = c

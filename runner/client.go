@@ -187,12 +187,10 @@ func (r *Runner) Client(ctx context.Context, opts ...ClientOption) (*Client, err
 		return nil, err
 	}
 	c.calls = func() (entity.Caller, error) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.calls == nil {
-			return nil, fmt.Errorf("runner %s: %w", r.cfg.RunnerID, errCallsNotStarted)
+		if cs := r.served.Load(); cs != nil {
+			return cs.client, nil
 		}
-		return r.calls.client, nil
+		return nil, fmt.Errorf("runner %s: %w", r.cfg.RunnerID, errCallsNotStarted)
 	}
 	c.table = func() (*routing.Table, error) {
 		r.mu.Lock()

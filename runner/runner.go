@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,8 +52,11 @@ type Runner struct {
 	host  *entity.Host
 	mgr   *sharding.Manager
 	calls *calls // entity messaging (calls.go)
-	admin *http.Server
-	ln    net.Listener
+	// served is calls once serving, read without mu: every call of the
+	// runner's Client asks for it, from every core.
+	served atomic.Pointer[calls]
+	admin  *http.Server
+	ln     net.Listener
 
 	authorize     CallAuthorizer // WithCallAuthorizer's, nil for none
 	registerTypes []func(*entity.Host) error
@@ -330,6 +334,7 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	r.mu.Lock()
 	r.calls = cs
 	r.mu.Unlock()
+	r.served.Store(cs)
 	if err := r.startAdmin(); err != nil {
 		return err
 	}
