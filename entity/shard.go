@@ -37,8 +37,10 @@ type shardRef struct {
 
 // shardExec executes one owned shard's tasks and messages for as long as
 // the ownership lasts. Its loop goroutine (run) discovers ready pointers
-// (listing on start and every reconcile interval, and from wake-ups) and
-// has the scheduler start what is due; the parts do the rest.
+// (from wake-ups, and listing on start and then at the pace of
+// reconcilePace: every reconcile interval while busy, backing off to the
+// maximum while idle) and has the scheduler start what is due; the parts
+// do the rest.
 type shardExec struct {
 	shardRef
 	sched scheduler
@@ -128,15 +130,43 @@ func (e *shardExec) run() {
 	if werr != nil && e.ctx.Err() == nil {
 		e.h.log.Warn("watching wake-ups failed; relying on reconciliation until it works", "shard", e.own.Shard.String(), "err", werr)
 	}
-	e.sched.reconcile()
-	reconcile := time.NewTicker(e.h.cfg.ReconcileInterval)
+	pace := newReconcilePace(e.h.cfg.ReconcileInterval, e.h.cfg.ReconcileMaxInterval)
+	reconcile := time.NewTimer(time.Hour)
 	defer reconcile.Stop()
+	var reconcileAt time.Time
+	// list lists the shard's pointers and sets the next listing by the
+	// pace: every listing, whatever asked for it, restarts the wait. While
+	// the wake-up watch is down every wake-up is lost: the pace stays at
+	// the base interval until it is back.
+	list := func(first bool) {
+		fresh := e.sched.reconcile(first)
+		if wakes == nil {
+			pace.active()
+		}
+		wait := pace.listed(fresh)
+		reconcileAt = time.Now().Add(wait)
+		reconcile.Reset(wait)
+	}
+	list(true)
+	starts := e.sched.starts.Load()
+	// active brings the next listing to at most the base interval away.
+	active := func() {
+		pace.active()
+		if wait := pace.wait(); time.Now().Add(wait).Before(reconcileAt) {
+			reconcileAt = time.Now().Add(wait)
+			reconcile.Reset(wait)
+		}
+	}
 	rewatch := time.NewTicker(5 * time.Second)
 	defer rewatch.Stop()
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
 	for {
 		next := e.sched.dispatch()
+		if n := e.sched.starts.Load(); n != starts {
+			starts = n
+			active()
+		}
 		due.Reset(next)
 		select {
 		case <-e.ctx.Done():
@@ -148,19 +178,20 @@ func (e *shardExec) run() {
 			}
 			e.h.metrics.wakeups.Inc()
 			if ev.Resync {
-				e.sched.reconcile()
+				list(false)
 				continue
 			}
+			active()
 			e.sched.onWake(ev.Note)
 		case <-rewatch.C:
 			if wakes == nil && e.ctx.Err() == nil {
 				if ch, err := e.h.wakes.WatchWakes(e.ctx, e.own.Shard); err == nil {
 					wakes = ch
-					e.sched.reconcile() // wake-ups may have been missed meanwhile
+					list(false) // wake-ups may have been missed meanwhile
 				}
 			}
 		case <-reconcile.C:
-			e.sched.reconcile()
+			list(false)
 		case <-due.C:
 		case <-e.sched.kickc:
 		}
