@@ -138,9 +138,10 @@ const (
 	maxSweepInterval = time.Hour
 )
 
-// sweepInterval is TaskSweepInterval, or the one derived from
-// TaskRetention.
-func (c Config) sweepInterval() time.Duration {
+// SweepInterval is the interval the retention sweep runs at, before its
+// jitter: TaskSweepInterval, or the one derived from TaskRetention (it
+// does not say whether TaskRetention disables the sweep).
+func (c Config) SweepInterval() time.Duration {
 	if c.TaskSweepInterval > 0 {
 		return c.TaskSweepInterval
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/s3count"
 	"github.com/tenurehq/tenure/internal/testenv"
 	"github.com/tenurehq/tenure/storage"
 )
@@ -191,5 +192,64 @@ func TestLostWakeupsFoundWithinBound(t *testing.T) {
 	}
 	if f := counterValue(t, node, "tenure_tasks_reconcile_found_total"); f < n {
 		t.Errorf("tenure_tasks_reconcile_found_total = %v, want ≥ %d", f, n)
+	}
+}
+
+// TestIdleS3RequestsMatchModel measures an idle runner's S3 requests on the
+// wire (s3count) over a window, at short intervals (reconcile 1 s backing
+// off to 4 s, sweep every 4 s), against the cost model in BENCHMARKS.md:
+// per owned shard, one reconciliation LIST per
+// entity.reconcile_max_interval and one sweep LIST per sweep interval,
+// each 0–10% later than its interval (jitter); per runner, a HeadBucket
+// when its S3 clock sample is older than a minute (none in a window this
+// short); nothing else.
+func TestIdleS3RequestsMatchModel(t *testing.T) {
+	const shards = 4
+	const interval = 4 * time.Second // both the reconcile maximum and the sweep interval
+	const window = 20 * time.Second
+	e := newEnv(t, shards)
+	e.ecfg.ReconcileInterval = time.Second
+	e.ecfg.ReconcileMaxInterval = interval
+	e.ecfg.TaskSweepInterval = interval
+	wire, _, _ := e.countOnWireWith(nil)
+	n := e.start("idle", e.standard)
+	e.waitOwned(10 * time.Second)
+	// Backed off: 1+2+4 s of listings after the acquisition's; the first
+	// sweep passes come within 2 s (the second reconcile interval).
+	testenv.WaitFor(t, "every shard backed off", 30*time.Second, func() bool {
+		return counterValue(t, n, "tenure_tasks_reconciles_total") >= 4*shards && counterValue(t, n, "tenure_tasks_sweeps_total") >= shards
+	})
+	before := wire.Counts()
+	reconciles, sweeps := counterValue(t, n, "tenure_tasks_reconciles_total"), counterValue(t, n, "tenure_tasks_sweeps_total")
+	start := time.Now()
+	testenv.WaitFor(t, "the window to pass", window+time.Second, func() bool { return time.Since(start) >= window })
+	got := wire.Counts().Sub(before)
+	r := counterValue(t, n, "tenure_tasks_reconciles_total") - reconciles
+	s := counterValue(t, n, "tenure_tasks_sweeps_total") - sweeps
+	elapsed := time.Since(start)
+	// Per shard and kind, between elapsed/(1.1 × interval) − 1 and
+	// elapsed/interval + 1 (a listing may fall at either edge).
+	lo := shards * (int(elapsed/(interval+interval/10)) - 1)
+	hi := shards * (int(elapsed/interval) + 1)
+	t.Logf("idle %s, %d shards: on the wire %s; reconciliations %v, sweep passes %v; model per kind [%d, %d] LIST, %.1f expected",
+		elapsed.Round(time.Millisecond), shards, got, r, s, lo, hi, float64(shards)*elapsed.Seconds()/(1.05*interval.Seconds()))
+	for _, c := range []struct {
+		what string
+		n    int
+	}{{"reconciliations", int(r)}, {"sweep passes", int(s)}} {
+		if c.n < lo || c.n > hi {
+			t.Errorf("%d %s in %s, want in [%d, %d]", c.n, c.what, elapsed, lo, hi)
+		}
+	}
+	if l := got.Requests[s3count.OpList]; l != int(r+s) {
+		t.Errorf("%d LIST on the wire, want one per reconciliation and sweep pass: %v", l, r+s)
+	}
+	for op, c := range got.Requests {
+		if op != s3count.OpList && op != s3count.OpHeadBucket && c > 0 {
+			t.Errorf("%d %s requests from an idle runner", c, op)
+		}
+	}
+	if h := got.Requests[s3count.OpHeadBucket]; h > int(window/time.Minute)+1 {
+		t.Errorf("%d HeadBucket in %s, want at most one per minute", h, window)
 	}
 }

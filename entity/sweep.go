@@ -35,7 +35,7 @@ const (
 // without any ownership): ownership only makes one runner sweep a shard.
 func (e *shardExec) sweep() {
 	defer e.sched.workers.Done()
-	interval := e.h.cfg.sweepInterval()
+	interval := e.h.cfg.SweepInterval()
 	memo := task.NewPurgeMemo(0)
 	cursor := ""
 	first := min(interval, e.h.cfg.ReconcileInterval)
