@@ -81,8 +81,8 @@
 // plus up to 10% jitter. A task whose wake-up was lost therefore starts
 // within the shard's current wait, at most 1.1 × ReconcileMaxInterval after
 // its submission; tenure_tasks_reconcile_found_total counts such tasks.
-// While the wake-up watch is down the executor lists every
-// ReconcileInterval. New work reaches it through
+// While the wake-up watch is down, and after a listing that failed, the
+// executor lists every ReconcileInterval. New work reaches it through
 // wake-ups: a submitter bumps the shard's etcd key wake/<group>/<index> with
 // the task's pointer key, and the owner, watching the keys of the shards it
 // owns, queues the task without an S3 LIST. We chose an etcd key bump over

@@ -253,3 +253,36 @@ func TestIdleS3RequestsMatchModel(t *testing.T) {
 		t.Errorf("%d HeadBucket in %s, want at most one per minute", h, window)
 	}
 }
+
+// TestLeftAlonePointerLetsShardBackOff: a task no runner here handles,
+// its wake-up lost, is found by a listing once (counted once in
+// tenure_tasks_reconcile_found_total) and then listed again at every
+// reconciliation, left pending; that is not activity: the shard backs
+// off as if idle, 1 s, 2 s, 4 s after the listing that found it.
+func TestLeftAlonePointerLetsShardBackOff(t *testing.T) {
+	e, log := idleEnv(t, 1)
+	shard := storage.ShardID{Group: storage.DefaultGroup, Index: 0}
+	n := e.start("idler", e.standard)
+	e.waitOwned(10 * time.Second)
+	client, err := task.NewClient(e.tasks, task.ClientConfig{Shards: 1, Waker: &dropWaker{}, Logger: e.logs.logger("client")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := client.Submit(ctxFor(t, 10*time.Second), task.SubmitRequest{Type: "nobody-handles-this"}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the listing that finds it", 30*time.Second, func() bool {
+		return counterValue(t, n, "tenure_tasks_reconcile_found_total") >= 1
+	})
+	k := len(log.of(shard)) - 1 // the listing that found it
+	testenv.WaitFor(t, "three listings more", 30*time.Second, func() bool { return len(log.of(shard)) >= k+4 })
+	at := log.of(shard)[k : k+4]
+	checkGaps(t, "with a pointer left alone", at, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second})
+	if f := counterValue(t, n, "tenure_tasks_reconcile_found_total"); f != 1 {
+		t.Errorf("tenure_tasks_reconcile_found_total = %v, want 1: the pointer was found once", f)
+	}
+	if u := counterValue(t, n, "tenure_tasks_unhandled_total"); u < 3 {
+		t.Errorf("tenure_tasks_unhandled_total = %v, want the task looked at again at each listing (≥ 3)", u)
+	}
+	t.Logf("listing gaps: %v", gaps(log.of(shard)))
+}

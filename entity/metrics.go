@@ -39,7 +39,8 @@ type metrics struct {
 	queued        prometheus.Gauge
 	reconciles    prometheus.Counter
 	// reconcileFound counts the pointers a listing found that no wake-up
-	// had announced, past an ownership's first listing: lost wake-ups.
+	// had announced, past an ownership's first complete listing: lost
+	// wake-ups.
 	reconcileFound prometheus.Counter
 	wakeups        prometheus.Counter
 	stuck          prometheus.Counter     // handlers that ignored cancellation past the interrupt wait
@@ -124,7 +125,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reconciles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "reconciles_total",
 			Help: "Listings of an owned shard's ready pointers."}),
 		reconcileFound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "reconcile_found_total",
-			Help: "Ready pointers a listing of an owned shard found that no wake-up had announced (not counting the listing on acquisition): lost wake-ups, found up to entity.reconcile_max_interval late."}),
+			Help: "Ready pointers a listing of an owned shard found that no wake-up had announced (not counting an ownership's first complete listing): lost wake-ups, found up to entity.reconcile_max_interval late."}),
 		wakeups: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "wakeups_total",
 			Help: "Wake-ups received for owned shards."}),
 		stuck: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "interrupt_overruns_total",

@@ -34,8 +34,9 @@ type scheduler struct {
 	tasks taskRunner
 
 	kickc chan struct{} // coalescing "something changed"
-	// starts counts the units dispatch started: activity, for the loop's
-	// reconcile pace (see reconcilePace).
+	// starts counts the units dispatch started but for those a listing
+	// queued (see item.listed): activity, for the loop's reconcile pace
+	// (see reconcilePace).
 	starts atomic.Uint64
 	// listed holds the task ids of the last listing's pointers (the loop
 	// goroutine's, like reconcile): a pointer counts as fresh only if it
@@ -126,22 +127,27 @@ func (s *scheduler) hurryLocked(id string) {
 
 // reconcile lists the shard's ready pointers and queues the unknown ones.
 // It returns how many of them are fresh: neither known (from a wake-up or
-// an earlier listing) nor in the previous listing. After the first
-// listing of an ownership, which finds what was there before, fresh
-// pointers are what lost wake-ups left (counted in
-// tenure_tasks_reconcile_found_total). A listing that fails part way
-// counts what it found so far.
-func (s *scheduler) reconcile(first bool) (fresh int) {
+// an earlier listing) nor in the previous listing; and whether the
+// listing got through. After the ownership's first complete listing,
+// which finds what was there before, fresh pointers are what lost
+// wake-ups left (counted in tenure_tasks_reconcile_found_total).
+func (s *scheduler) reconcile() (fresh int, ok bool) {
 	s.h.metrics.reconciles.Inc()
+	// Before a first complete listing everything is new to this
+	// ownership, and none of it says a wake-up was lost.
+	counted := s.listed != nil
 	defer func() {
-		if !first && fresh > 0 {
+		if counted && fresh > 0 {
 			s.h.metrics.reconcileFound.Add(float64(fresh))
 			s.h.log.Info("reconciliation found ready pointers no wake-up announced", "shard", s.own.Shard.String(), "found", fresh)
 		}
 	}()
 	listed := map[string]bool{}
 	after := ""
-	for s.ctx.Err() == nil {
+	for {
+		if s.ctx.Err() != nil {
+			return fresh, false
+		}
 		ptrs, more, err := s.h.tasks.ListPointers(s.ctx, s.own.Shard, after, storage.MaxListLimit)
 		if err != nil {
 			if s.ctx.Err() == nil {
@@ -149,15 +155,17 @@ func (s *scheduler) reconcile(first bool) (fresh int) {
 			}
 			// Keep what the earlier listing saw too: the pointers not
 			// reached this time are still not fresh next time.
-			for id := range s.listed {
-				listed[id] = true
+			if s.listed != nil {
+				for id := range s.listed {
+					listed[id] = true
+				}
+				s.listed = listed
 			}
-			s.listed = listed
-			return fresh
+			return fresh, false
 		}
 		for _, p := range ptrs {
 			listed[p.ID] = true
-			if s.add(p) && !s.listed[p.ID] {
+			if s.addItem(&item{ptr: p, listed: true}) && !s.listed[p.ID] {
 				fresh++
 			}
 		}
@@ -167,22 +175,25 @@ func (s *scheduler) reconcile(first bool) (fresh int) {
 		after = ptrs[len(ptrs)-1].Key
 	}
 	s.listed = listed
-	return fresh
+	return fresh, true
 }
 
-// add queues a pointer unless its task is already known, and reports
-// whether it did.
-func (s *scheduler) add(p task.Pointer) bool { return s.addHinted(p, nil) }
+// addHinted queues a pointer, with a wake-up's hint (nil if none) for the
+// claim, unless its task is already known.
+func (s *scheduler) addHinted(p task.Pointer, hint *task.WakeHint) {
+	s.addItem(&item{ptr: p, hint: hint})
+}
 
-// addHinted is add with a wake-up's hint (nil if none) for the claim.
-func (s *scheduler) addHinted(p task.Pointer, hint *task.WakeHint) bool {
+// addItem queues it unless its task is already known, and reports whether
+// it did.
+func (s *scheduler) addItem(it *item) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.known[p.ID] {
+	if s.known[it.ptr.ID] {
 		return false
 	}
-	s.known[p.ID] = true
-	heap.Push(&s.queue, &item{ptr: p, hint: hint})
+	s.known[it.ptr.ID] = true
+	heap.Push(&s.queue, it)
 	s.h.metrics.queued.Inc()
 	return true
 }
@@ -268,8 +279,10 @@ func (s *scheduler) dispatch() time.Duration {
 		next = max(s.queue[0].ptr.Due.Sub(now.Latest()), time.Millisecond)
 	}
 	s.mu.Unlock()
-	if len(start) > 0 {
-		s.starts.Add(uint64(len(start)))
+	for _, u := range start {
+		if !u.it.listed {
+			s.starts.Add(1)
+		}
 	}
 	for _, u := range start {
 		s.workers.Add(1)

@@ -77,6 +77,13 @@ type item struct {
 	// turn (see dropAfterTurn). It lives with the worker, not the item,
 	// because an item put back in the heap goes on to another worker.
 	trail *trailingDrop
+	// listed: a listing queued the pointer, not a wake-up. Its start is
+	// not activity for the reconcile pace (see reconcilePace): a fresh
+	// find resets the pace by itself, and a pointer the shard leaves
+	// alone on purpose (no handler here, its object missing), queued
+	// again by every listing, must not keep an idle shard from backing
+	// off.
+	listed bool
 }
 
 // trailingDrop is a pointer deletion left for after a worker's turn.
@@ -136,18 +143,18 @@ func (e *shardExec) run() {
 	var reconcileAt time.Time
 	// list lists the shard's pointers and sets the next listing by the
 	// pace: every listing, whatever asked for it, restarts the wait. While
-	// the wake-up watch is down every wake-up is lost: the pace stays at
-	// the base interval until it is back.
-	list := func(first bool) {
-		fresh := e.sched.reconcile(first)
-		if wakes == nil {
+	// the wake-up watch is down every wake-up is lost, and a listing that
+	// failed did not look: the pace stays at the base interval.
+	list := func() {
+		fresh, ok := e.sched.reconcile()
+		if wakes == nil || !ok {
 			pace.active()
 		}
 		wait := pace.listed(fresh)
 		reconcileAt = time.Now().Add(wait)
 		reconcile.Reset(wait)
 	}
-	list(true)
+	list()
 	starts := e.sched.starts.Load()
 	// active brings the next listing to at most the base interval away.
 	active := func() {
@@ -178,7 +185,7 @@ func (e *shardExec) run() {
 			}
 			e.h.metrics.wakeups.Inc()
 			if ev.Resync {
-				list(false)
+				list()
 				continue
 			}
 			active()
@@ -187,11 +194,11 @@ func (e *shardExec) run() {
 			if wakes == nil && e.ctx.Err() == nil {
 				if ch, err := e.h.wakes.WatchWakes(e.ctx, e.own.Shard); err == nil {
 					wakes = ch
-					list(false) // wake-ups may have been missed meanwhile
+					list() // wake-ups may have been missed meanwhile
 				}
 			}
 		case <-reconcile.C:
-			list(false)
+			list()
 		case <-due.C:
 		case <-e.sched.kickc:
 		}
