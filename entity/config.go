@@ -26,8 +26,11 @@ type Config struct {
 	// delay of a task whose wake-up was lost: it starts within the shard's
 	// current wait (ReconcileInterval right after activity, doubling with
 	// each empty listing) plus up to 10%, so at most 1.1 ×
-	// ReconcileMaxInterval after its submission, plus the listing's and
-	// the claim's own time. At least ReconcileInterval. Default 1h: an idle
+	// ReconcileMaxInterval after its submission, and, submitted d after
+	// the shard's last activity, within 1.1 × min(d + ReconcileInterval,
+	// ReconcileMaxInterval) (each wait is at most the time passed since
+	// the activity plus ReconcileInterval); plus the listing's and the
+	// claim's own time. At least ReconcileInterval. Default 1h: an idle
 	// shard costs one reconciliation LIST an hour.
 	ReconcileMaxInterval time.Duration `key:"entity.reconcile_max_interval"`
 	// TaskLease is how long a claim lasts without renewal; a running task's
