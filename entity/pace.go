@@ -13,7 +13,9 @@ import (
 // new, up to max: listing thousands of idle shards every minute was most
 // of an idle cluster's S3 bill.
 //
-// Activity (a wake-up, a task start) brings the wait back to base but does
+// Activity (a wake-up, the start of a task a listing did not queue, see
+// item.listed; a listing's fresh find counts by itself) brings the wait
+// back to base but does
 // not push a listing already due sooner further away: a shard woken
 // constantly still lists every base interval, so that a lost wake-up
 // among many is found as soon as before.
