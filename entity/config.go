@@ -12,10 +12,27 @@ var ErrInvalidConfig = errors.New("entity: invalid config")
 
 // Config tunes the host. Durations are wall-clock time.
 type Config struct {
-	// ReconcileInterval is how often an owned shard's ready pointers are
-	// listed even when no wake-up came: the safety net for lost wake-ups and
-	// the only S3 traffic of an idle shard. Default 60s.
+	// ReconcileInterval is how soon after activity an owned shard's ready
+	// pointers are listed again even when no wake-up came: the safety net
+	// for lost wake-ups. The next listing is at most ReconcileInterval
+	// (plus up to 10% jitter) after the shard's acquisition, a wake-up, a
+	// task start, or a listing that found pointers no wake-up had
+	// announced; each listing that finds nothing new, with no activity
+	// since the previous one, doubles the wait, up to
+	// ReconcileMaxInterval. Default 60s.
 	ReconcileInterval time.Duration `key:"entity.reconcile_interval"`
+	// ReconcileMaxInterval caps the wait between two listings of an idle
+	// shard's ready pointers (see ReconcileInterval), and with it the
+	// delay of a task whose wake-up was lost: it starts within the shard's
+	// current wait (ReconcileInterval right after activity, doubling with
+	// each empty listing) plus up to 10%, so at most 1.1 ×
+	// ReconcileMaxInterval after its submission, and, submitted d after
+	// the shard's last activity, within 1.1 × min(d + ReconcileInterval,
+	// ReconcileMaxInterval) (each wait is at most the time passed since
+	// the activity plus ReconcileInterval); plus the listing's and the
+	// claim's own time. At least ReconcileInterval. Default 1h: an idle
+	// shard costs one reconciliation LIST an hour.
+	ReconcileMaxInterval time.Duration `key:"entity.reconcile_max_interval"`
 	// TaskLease is how long a claim lasts without renewal; a running task's
 	// claim is renewed every TaskLease/3. Default 30s.
 	TaskLease time.Duration `key:"entity.task_lease"`
@@ -72,7 +89,9 @@ type Config struct {
 	// its shard. See the package doc and task.Store.Purge.
 	TaskRetention time.Duration `key:"entity.task_retention"`
 	// TaskSweepInterval is how often each owned shard is swept for finished
-	// tasks older than TaskRetention (±10%); the first pass comes at a
+	// tasks older than TaskRetention (plus up to 10% jitter, never less,
+	// so that an idle shard is swept at most once an hour at the
+	// defaults); the first pass comes at a
 	// random point of the second ReconcileInterval (or TaskSweepInterval,
 	// if shorter) after the shard is acquired, and a pass cut short by its
 	// bounds (1000 objects read, 10000 keys listed) is followed by the next
@@ -100,6 +119,7 @@ const MaxStateSizeLimit = 8 << 20
 func DefaultConfig() Config {
 	return Config{
 		ReconcileInterval:      60 * time.Second,
+		ReconcileMaxInterval:   time.Hour,
 		TaskLease:              30 * time.Second,
 		MaxConcurrentPerShard:  64,
 		MaxConcurrentPerRunner: 256,
@@ -121,9 +141,10 @@ const (
 	maxSweepInterval = time.Hour
 )
 
-// sweepInterval is TaskSweepInterval, or the one derived from
-// TaskRetention.
-func (c Config) sweepInterval() time.Duration {
+// SweepInterval is the interval the retention sweep runs at, before its
+// jitter: TaskSweepInterval, or the one derived from TaskRetention (it
+// does not say whether TaskRetention disables the sweep).
+func (c Config) SweepInterval() time.Duration {
 	if c.TaskSweepInterval > 0 {
 		return c.TaskSweepInterval
 	}
@@ -182,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval < time.Second {
 		bad("ReconcileInterval", c.ReconcileInterval, "must be ≥ 1s")
+	}
+	if c.ReconcileMaxInterval < c.ReconcileInterval {
+		bad("ReconcileMaxInterval", c.ReconcileMaxInterval, fmt.Sprintf("must be ≥ entity.reconcile_interval (%s)", c.ReconcileInterval))
 	}
 	if c.TaskLease < 3*time.Second {
 		bad("TaskLease", c.TaskLease, "must be ≥ 3s (renewed every third)")

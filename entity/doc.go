@@ -74,7 +74,15 @@
 //
 // An executor lists its shard's ready pointers when it acquires the shard
 // (this is also when it takes over tasks a previous owner left running) and
-// then only every Config.ReconcileInterval. New work reaches it through
+// then only as a safety net for lost wake-ups: Config.ReconcileInterval
+// after activity (a wake-up, a task start, a listing that found pointers no
+// wake-up announced), and, while the shard stays idle, after twice the
+// previous wait each time, up to Config.ReconcileMaxInterval (default 1h),
+// plus up to 10% jitter. A task whose wake-up was lost therefore starts
+// within the shard's current wait, at most 1.1 × ReconcileMaxInterval after
+// its submission; tenure_tasks_reconcile_found_total counts such tasks.
+// While the wake-up watch is down, and after a listing that failed, the
+// executor lists every ReconcileInterval. New work reaches it through
 // wake-ups: a submitter bumps the shard's etcd key wake/<group>/<index> with
 // the task's pointer key, and the owner, watching the keys of the shards it
 // owns, queues the task without an S3 LIST. We chose an etcd key bump over
@@ -108,7 +116,8 @@
 // The sweep runs beside the shard's loop, in bounded passes (at most 1000
 // objects read and 10000 keys listed, resumed a second later while a
 // backlog lasts) at most four shards of a runner at a time, every
-// Config.TaskSweepInterval (default TaskRetention/24 within [1s, 1h], ±10%);
+// Config.TaskSweepInterval (default TaskRetention/24 within [1s, 1h], plus
+// up to 10%);
 // a new owner's first pass comes at a random point of its second reconcile
 // interval. Each pass is counted in tenure_tasks_sweeps_total, its
 // deletions in tenure_tasks_purged_total{status}, and a pass that deleted

@@ -40,10 +40,14 @@ type metrics struct {
 	running       prometheus.Gauge
 	queued        prometheus.Gauge
 	reconciles    prometheus.Counter
-	wakeups       prometheus.Counter
-	stuck         prometheus.Counter     // handlers that ignored cancellation past the interrupt wait
-	purged        *prometheus.CounterVec // status: finished tasks deleted by the retention sweep
-	sweeps        prometheus.Counter     // retention sweep passes completed
+	// reconcileFound counts the pointers a listing found that no wake-up
+	// had announced, past an ownership's first complete listing: lost
+	// wake-ups.
+	reconcileFound prometheus.Counter
+	wakeups        prometheus.Counter
+	stuck          prometheus.Counter     // handlers that ignored cancellation past the interrupt wait
+	purged         *prometheus.CounterVec // status: finished tasks deleted by the retention sweep
+	sweeps         prometheus.Counter     // retention sweep passes completed
 	// msgs holds the children of tenure_entity_messages_total, by kind
 	// then outcome, and msgDur those of the duration histogram, by kind:
 	// resolved once, since every message counts.
@@ -124,6 +128,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Known ready tasks of owned shards not running yet (due or scheduled)."}),
 		reconciles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "reconciles_total",
 			Help: "Listings of an owned shard's ready pointers."}),
+		reconcileFound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "reconcile_found_total",
+			Help: "Ready pointers a listing of an owned shard found that no wake-up had announced (not counting an ownership's first complete listing): lost wake-ups, found up to entity.reconcile_max_interval late."}),
 		wakeups: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "wakeups_total",
 			Help: "Wake-ups received for owned shards."}),
 		stuck: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "tasks", Name: "interrupt_overruns_total",
@@ -151,7 +157,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(msgs, msgDur)
 	m.registerState(reg)
 	reg.MustRegister(m.attempts, m.tasksOld, m.duration, m.startLatency, m.claims, m.claimRaces, m.takeovers, m.unhandled,
-		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.wakeups, m.stuck,
+		m.corrupt, m.stalePointers, m.resident, m.passivations, m.running, m.queued, m.reconciles, m.reconcileFound, m.wakeups, m.stuck,
 		m.purged, m.sweeps)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
@@ -33,6 +34,16 @@ type scheduler struct {
 	tasks taskRunner
 
 	kickc chan struct{} // coalescing "something changed"
+	// starts counts the units dispatch started but for those a listing
+	// queued (see item.listed): activity, for the loop's reconcile pace
+	// (see reconcilePace).
+	starts atomic.Uint64
+	// listed holds the task ids of the last listing's pointers (the loop
+	// goroutine's, like reconcile): a pointer counts as fresh only if it
+	// was neither known nor listed last time, so that a pointer left
+	// alone on purpose (no handler here, its object missing) and found
+	// again at every listing is not taken for a lost wake-up.
+	listed map[string]bool
 
 	mu       sync.Mutex
 	phase    shardPhase
@@ -115,40 +126,76 @@ func (s *scheduler) hurryLocked(id string) {
 }
 
 // reconcile lists the shard's ready pointers and queues the unknown ones.
-func (s *scheduler) reconcile() {
+// It returns how many of them are fresh: neither known (from a wake-up or
+// an earlier listing) nor in the previous listing; and whether the
+// listing got through. After the ownership's first complete listing,
+// which finds what was there before, fresh pointers are what lost
+// wake-ups left (counted in tenure_tasks_reconcile_found_total).
+func (s *scheduler) reconcile() (fresh int, ok bool) {
 	s.h.metrics.reconciles.Inc()
+	// Before a first complete listing everything is new to this
+	// ownership, and none of it says a wake-up was lost.
+	counted := s.listed != nil
+	defer func() {
+		if counted && fresh > 0 {
+			s.h.metrics.reconcileFound.Add(float64(fresh))
+			s.h.log.Info("reconciliation found ready pointers no wake-up announced", "shard", s.own.Shard.String(), "found", fresh)
+		}
+	}()
+	listed := map[string]bool{}
 	after := ""
-	for s.ctx.Err() == nil {
+	for {
+		if s.ctx.Err() != nil {
+			return fresh, false
+		}
 		ptrs, more, err := s.h.tasks.ListPointers(s.ctx, s.own.Shard, after, storage.MaxListLimit)
 		if err != nil {
 			if s.ctx.Err() == nil {
 				s.h.log.Warn("listing ready pointers failed; retrying at the next reconciliation", "shard", s.own.Shard.String(), "err", err)
 			}
-			return
+			// Keep what the earlier listing saw too: the pointers not
+			// reached this time are still not fresh next time.
+			if s.listed != nil {
+				for id := range s.listed {
+					listed[id] = true
+				}
+				s.listed = listed
+			}
+			return fresh, false
 		}
 		for _, p := range ptrs {
-			s.add(p)
+			listed[p.ID] = true
+			if s.addItem(&item{ptr: p, listed: true}) && !s.listed[p.ID] {
+				fresh++
+			}
 		}
 		if !more || len(ptrs) == 0 {
-			return
+			break
 		}
 		after = ptrs[len(ptrs)-1].Key
 	}
+	s.listed = listed
+	return fresh, true
 }
 
-// add queues a pointer unless its task is already known.
-func (s *scheduler) add(p task.Pointer) { s.addHinted(p, nil) }
-
-// addHinted is add with a wake-up's hint (nil if none) for the claim.
+// addHinted queues a pointer, with a wake-up's hint (nil if none) for the
+// claim, unless its task is already known.
 func (s *scheduler) addHinted(p task.Pointer, hint *task.WakeHint) {
+	s.addItem(&item{ptr: p, hint: hint})
+}
+
+// addItem queues it unless its task is already known, and reports whether
+// it did.
+func (s *scheduler) addItem(it *item) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.known[p.ID] {
-		return
+	if s.known[it.ptr.ID] {
+		return false
 	}
-	s.known[p.ID] = true
-	heap.Push(&s.queue, &item{ptr: p, hint: hint})
+	s.known[it.ptr.ID] = true
+	heap.Push(&s.queue, it)
 	s.h.metrics.queued.Inc()
+	return true
 }
 
 // requeue puts a known item back in the heap, due at due. It is called by
@@ -232,6 +279,11 @@ func (s *scheduler) dispatch() time.Duration {
 		next = max(s.queue[0].ptr.Due.Sub(now.Latest()), time.Millisecond)
 	}
 	s.mu.Unlock()
+	for _, u := range start {
+		if !u.it.listed {
+			s.starts.Add(1)
+		}
+	}
 	for _, u := range start {
 		s.workers.Add(1)
 		s.h.metrics.running.Inc()

@@ -37,8 +37,10 @@ type shardRef struct {
 
 // shardExec executes one owned shard's tasks and messages for as long as
 // the ownership lasts. Its loop goroutine (run) discovers ready pointers
-// (listing on start and every reconcile interval, and from wake-ups) and
-// has the scheduler start what is due; the parts do the rest.
+// (from wake-ups, and listing on start and then at the pace of
+// reconcilePace: every reconcile interval while busy, backing off to the
+// maximum while idle) and has the scheduler start what is due; the parts
+// do the rest.
 type shardExec struct {
 	shardRef
 	sched scheduler
@@ -75,6 +77,13 @@ type item struct {
 	// turn (see dropAfterTurn). It lives with the worker, not the item,
 	// because an item put back in the heap goes on to another worker.
 	trail *trailingDrop
+	// listed: a listing queued the pointer, not a wake-up. Its start is
+	// not activity for the reconcile pace (see reconcilePace): a fresh
+	// find resets the pace by itself, and a pointer the shard leaves
+	// alone on purpose (no handler here, its object missing), queued
+	// again by every listing, must not keep an idle shard from backing
+	// off.
+	listed bool
 }
 
 // trailingDrop is a pointer deletion left for after a worker's turn.
@@ -128,15 +137,43 @@ func (e *shardExec) run() {
 	if werr != nil && e.ctx.Err() == nil {
 		e.h.log.Warn("watching wake-ups failed; relying on reconciliation until it works", "shard", e.own.Shard.String(), "err", werr)
 	}
-	e.sched.reconcile()
-	reconcile := time.NewTicker(e.h.cfg.ReconcileInterval)
+	pace := newReconcilePace(e.h.cfg.ReconcileInterval, e.h.cfg.ReconcileMaxInterval)
+	reconcile := time.NewTimer(time.Hour)
 	defer reconcile.Stop()
+	var reconcileAt time.Time
+	// list lists the shard's pointers and sets the next listing by the
+	// pace: every listing, whatever asked for it, restarts the wait. While
+	// the wake-up watch is down every wake-up is lost, and a listing that
+	// failed did not look: the pace stays at the base interval.
+	list := func() {
+		fresh, ok := e.sched.reconcile()
+		if wakes == nil || !ok {
+			pace.active()
+		}
+		wait := pace.listed(fresh)
+		reconcileAt = time.Now().Add(wait)
+		reconcile.Reset(wait)
+	}
+	list()
+	starts := e.sched.starts.Load()
+	// active brings the next listing to at most the base interval away.
+	active := func() {
+		pace.active()
+		if wait := pace.wait(); time.Now().Add(wait).Before(reconcileAt) {
+			reconcileAt = time.Now().Add(wait)
+			reconcile.Reset(wait)
+		}
+	}
 	rewatch := time.NewTicker(5 * time.Second)
 	defer rewatch.Stop()
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
 	for {
 		next := e.sched.dispatch()
+		if n := e.sched.starts.Load(); n != starts {
+			starts = n
+			active()
+		}
 		due.Reset(next)
 		select {
 		case <-e.ctx.Done():
@@ -148,19 +185,20 @@ func (e *shardExec) run() {
 			}
 			e.h.metrics.wakeups.Inc()
 			if ev.Resync {
-				e.sched.reconcile()
+				list()
 				continue
 			}
+			active()
 			e.sched.onWake(ev.Note)
 		case <-rewatch.C:
 			if wakes == nil && e.ctx.Err() == nil {
 				if ch, err := e.h.wakes.WatchWakes(e.ctx, e.own.Shard); err == nil {
 					wakes = ch
-					e.sched.reconcile() // wake-ups may have been missed meanwhile
+					list() // wake-ups may have been missed meanwhile
 				}
 			}
 		case <-reconcile.C:
-			e.sched.reconcile()
+			list()
 		case <-due.C:
 		case <-e.sched.kickc:
 		}

@@ -35,7 +35,7 @@ const (
 // without any ownership): ownership only makes one runner sweep a shard.
 func (e *shardExec) sweep() {
 	defer e.sched.workers.Done()
-	interval := e.h.cfg.sweepInterval()
+	interval := e.h.cfg.SweepInterval()
 	memo := task.NewPurgeMemo(0)
 	cursor := ""
 	first := min(interval, e.h.cfg.ReconcileInterval)
@@ -49,7 +49,9 @@ func (e *shardExec) sweep() {
 		}
 		next, more := e.sweepPass(cursor, memo)
 		cursor = next
-		wait := interval - interval/10 + rand.N(interval/5+1) // ±10%
+		// Plus up to 10%, never less: spread, and at most one pass per
+		// interval (an hour at the defaults).
+		wait := interval + rand.N(interval/10+1)
 		if more {
 			wait = sweepBacklogPause
 		}

@@ -173,6 +173,7 @@ type ShardingConfig struct {
 // EntityConfig tunes the entity host.
 type EntityConfig struct {
 	ReconcileInterval      Duration `yaml:"reconcile_interval"`        // default 60s
+	ReconcileMaxInterval   Duration `yaml:"reconcile_max_interval"`    // default 1h; see entity.Config.ReconcileMaxInterval
 	TaskLease              Duration `yaml:"task_lease"`                // default 30s
 	MaxConcurrentPerShard  int      `yaml:"max_concurrent_per_shard"`  // default 64
 	MaxConcurrentPerRunner int      `yaml:"max_concurrent_per_runner"` // default 256
@@ -312,6 +313,7 @@ func DefaultConfig() Config {
 		},
 		Entity: EntityConfig{
 			ReconcileInterval:      Duration(ec.ReconcileInterval),
+			ReconcileMaxInterval:   Duration(ec.ReconcileMaxInterval),
 			TaskLease:              Duration(ec.TaskLease),
 			MaxConcurrentPerShard:  ec.MaxConcurrentPerShard,
 			MaxConcurrentPerRunner: ec.MaxConcurrentPerRunner,
@@ -405,6 +407,7 @@ func (d DetachmentConfig) Machine() detachment.Config {
 func (c Config) EntityConfig() entity.Config {
 	ec := entity.DefaultConfig()
 	ec.ReconcileInterval = c.Entity.ReconcileInterval.Std()
+	ec.ReconcileMaxInterval = c.Entity.ReconcileMaxInterval.Std()
 	ec.TaskLease = c.Entity.TaskLease.Std()
 	ec.MaxConcurrentPerShard = c.Entity.MaxConcurrentPerShard
 	ec.MaxConcurrentPerRunner = c.Entity.MaxConcurrentPerRunner

@@ -26,8 +26,15 @@ type Waker interface {
 
 // Client-side defaults.
 const (
-	// DefaultWakeTimeout bounds one Waker call.
+	// DefaultWakeTimeout bounds a submission's wake-up, its retries
+	// included.
 	DefaultWakeTimeout = 5 * time.Second
+	// wakeTries is how many times a failed wake-up is tried within
+	// DefaultWakeTimeout, wakeRetryPause after the first failure, four
+	// times that after the second: a wake-up is lost only when etcd stays
+	// unreachable across them, or the submitter dies between its writes.
+	wakeTries      = 3
+	wakeRetryPause = 100 * time.Millisecond
 	// DefaultWaitPoll is Wait's polling ceiling when the caller gives none.
 	DefaultWaitPoll = time.Second
 	// CASTries bounds the compare-and-swap loops of Cancel and Replay.
@@ -267,9 +274,12 @@ func (c *Client) deletePointer(ctx context.Context, key string) {
 
 // wake tells the task's owner, best effort and bounded by
 // DefaultWakeTimeout: the task is durable already, and a lost wake-up only
-// delays it to the owner's next reconciliation, so failures are logged, not
-// returned. hint, if not nil, is the version of t just written, for the
-// owner to claim without reading it.
+// delays it to the owner's next reconciliation (up to
+// entity.reconcile_max_interval on an idle shard), so a failed one is
+// tried again, up to wakeTries times within the timeout, and a last
+// failure is logged, not returned. A wake-up sent twice is harmless: the
+// owner queues a task once. hint, if not nil, is the version of t just
+// written, for the owner to claim without reading it.
 func (c *Client) wake(ctx context.Context, t *Task, hint *WakeHint) {
 	if c.cfg.Waker == nil {
 		return
@@ -279,9 +289,25 @@ func (c *Client) wake(ctx context.Context, t *Task, hint *WakeHint) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultWakeTimeout)
 	defer cancel()
-	if err := c.cfg.Waker.Wake(ctx, t.Shard, FormatWakeNote(t.PointerKey(), hint)); err != nil {
+	note := FormatWakeNote(t.PointerKey(), hint)
+	err := c.cfg.Waker.Wake(ctx, t.Shard, note)
+	tries := 1
+	for pause := wakeRetryPause; err != nil && tries < wakeTries; pause *= 4 {
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		err = c.cfg.Waker.Wake(ctx, t.Shard, note)
+		tries++
+	}
+	if err != nil {
 		trace.SpanFromContext(ctx).AddEvent("wake failed")
 		c.log.Warn("task: wake-up failed; the task starts at its shard owner's next reconciliation",
-			"task", t.Ref(), "err", err)
+			"task", t.Ref(), "tries", tries, "err", err)
 	}
 }

@@ -224,6 +224,43 @@ func TestSubmitWakeFailureIsLogged(t *testing.T) {
 	}
 }
 
+// TestSubmitWakeRetried: a wake-up that fails is tried again, up to three
+// times within DefaultWakeTimeout: two failures and then a success log
+// nothing; three failures are logged once, with the count.
+func TestSubmitWakeRetried(t *testing.T) {
+	e := newEnv(t, 4)
+	var logs bytes.Buffer
+	cli, err := NewClient(e.store, ClientConfig{Shards: 4, Waker: e.waker, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waker.mu.Lock()
+	e.waker.failures = 2
+	e.waker.mu.Unlock()
+	if _, _, err := cli.Submit(testCtx(t), SubmitRequest{Type: "email"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.waker.Calls()); n != 3 || logs.Len() != 0 {
+		t.Fatalf("two failures then a success: %d calls, log %q; want 3 calls and no log", n, logs.String())
+	}
+	e.waker.mu.Lock()
+	e.waker.err = errors.New("owner unreachable")
+	e.waker.mu.Unlock()
+	start := time.Now()
+	if _, _, err := cli.Submit(testCtx(t), SubmitRequest{Type: "email"}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > DefaultWakeTimeout+time.Second {
+		t.Errorf("Submit with a failing waker took %s, want within the wake timeout %s", took, DefaultWakeTimeout)
+	}
+	if n := len(e.waker.Calls()); n != 6 {
+		t.Fatalf("three failures: %d calls in all, want 6", n)
+	}
+	if c := strings.Count(logs.String(), "wake-up failed"); c != 1 || !strings.Contains(logs.String(), "tries=3") {
+		t.Fatalf("log %q: want one wake-up failure, after 3 tries", logs.String())
+	}
+}
+
 func TestSubmitValidation(t *testing.T) {
 	e := newEnv(t, 4, WithMaxInputSize(16))
 	big := json.RawMessage(`"` + strings.Repeat("x", 15) + `"`)

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +62,12 @@ type fakeWaker struct {
 	calls []wake
 	hints []*WakeHint // by call; nil for a note without one
 	err   error
+	// failures, when positive, fails that many calls more with
+	// errWakeTransient.
+	failures int
 }
+
+var errWakeTransient = errors.New("etcd briefly unreachable")
 
 func (w *fakeWaker) Wake(ctx context.Context, shard storage.ShardID, note string) error {
 	w.mu.Lock()
@@ -70,6 +76,10 @@ func (w *fakeWaker) Wake(ctx context.Context, shard storage.ShardID, note string
 	n, _ := ParseWakeNote(note)
 	w.calls = append(w.calls, wake{shard, key})
 	w.hints = append(w.hints, n.Hint)
+	if w.failures > 0 {
+		w.failures--
+		return errWakeTransient
+	}
 	return w.err
 }
 

@@ -121,6 +121,51 @@ type IdleFigures struct {
 	PerMinutePerRunnerClasses Classes `json:"per_minute_per_runner_by_class"`
 	// Etcd is the idle runners' etcd requests over the same window.
 	Etcd IdleEtcd `json:"etcd"`
+	// Model is the steady state of an idle cluster by the runners'
+	// configuration: the window above follows the trials' activity, so
+	// its shards list every reconcile interval, before backing off.
+	Model IdleModel `json:"model"`
+}
+
+// IdleModel is the S3 cost model of an idle cluster at steady state, per
+// owned shard (its reconciliation and retention sweep LISTs) and per
+// runner (the S3 clock's HeadBucket), from the configuration. Each wait
+// gets 0–10% jitter on top, so the mean wait is 1.05 × its interval.
+// TestIdleS3RequestsMatchModel (entity) checks it on the wire at short
+// intervals.
+type IdleModel struct {
+	ReconcileMaxIntervalS float64 `json:"reconcile_max_interval_s"`
+	// SweepIntervalS is 0 when the retention sweep is off.
+	SweepIntervalS float64 `json:"sweep_interval_s"`
+	// ListsPerShardHour: 3600 / (1.05 × reconcile max) + 3600 / (1.05 ×
+	// sweep interval); a shard over 1,000 task objects adds one sweep LIST
+	// per 1,000.
+	ListsPerShardHour float64 `json:"lists_per_shard_hour"`
+	// HeadBucketPerRunnerHour: a clock read when the sample is older than
+	// a minute, which the shards' loops ask for every few seconds.
+	HeadBucketPerRunnerHour float64 `json:"head_bucket_per_runner_hour"`
+	// MonthlyListUSD is the LISTs' cost over 30 days by shard count,
+	// at $0.005 per 1,000.
+	MonthlyListUSD map[string]float64 `json:"monthly_list_usd_by_shards"`
+	Formula        string             `json:"formula"`
+}
+
+// idleModel computes the model for the entity configuration ec.
+func idleModel(ec entity.Config) IdleModel {
+	const jitter = 1.05 // mean of 1 + U[0, 0.1)
+	m := IdleModel{ReconcileMaxIntervalS: ec.ReconcileMaxInterval.Seconds(), HeadBucketPerRunnerHour: 60, MonthlyListUSD: map[string]float64{}}
+	m.ListsPerShardHour = 3600 / (jitter * m.ReconcileMaxIntervalS)
+	if ec.TaskRetention > 0 {
+		m.SweepIntervalS = ec.SweepInterval().Seconds()
+		m.ListsPerShardHour += 3600 / (jitter * m.SweepIntervalS)
+	}
+	for _, shards := range []int{1024, 4096} {
+		m.MonthlyListUSD[fmt.Sprint(shards)] = round(float64(shards)*m.ListsPerShardHour*24*EstimateDays*PricePutClass/1000, 2)
+	}
+	m.ListsPerShardHour = round(m.ListsPerShardHour, 3)
+	m.Formula = fmt.Sprintf("LIST/shard/h = 3600/(1.05 × %gs) + 3600/(1.05 × %gs sweep, 0: off) = %g; $/month = shards × LIST/shard/h × 24 × %d × $%g/1000",
+		m.ReconcileMaxIntervalS, m.SweepIntervalS, m.ListsPerShardHour, EstimateDays, PricePutClass)
+	return m
 }
 
 // IdleEtcd is the etcd load of the idle cluster, counted by the etcd server
@@ -345,6 +390,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	res.Idle.PerMinutePerRunner = round(res.Idle.PerMinute/costRunners, 3)
 	res.Idle.PerMinutePerRunnerClasses = classesOf(perMin)
 	res.Idle.Etcd = idleEtcd(etcdAfter.Since(etcdBefore), ttl.Std(), window)
+	res.Idle.Model = idleModel(cfg.EntityConfig())
 	res.Cost = estimate(res.PerTaskClasses, res.Idle.PerMinutePerRunnerClasses)
 	return res, nil
 }
