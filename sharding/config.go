@@ -54,12 +54,27 @@ type Config struct {
 	// Must be ≤ LeaseTTL/3. Zero follows LeaseTTL: LeaseTTL/3.
 	LockRefreshInterval time.Duration `key:"sharding.lock_refresh_interval"`
 	// AcquireRetryInterval is the pause between tries at shards assigned to
-	// this runner but still held elsewhere. Default 200ms.
+	// this runner but not acquired, whose lock the membership view shows
+	// free (a try lost a race, or the view has not caught up with the
+	// holder a try met). A shard whose lock the view shows held elsewhere
+	// is not tried: the membership stream reports the lock's deletion, and
+	// the shard is acquired then. Default 200ms.
 	AcquireRetryInterval time.Duration `key:"sharding.acquire_retry_interval"`
 	// AcquireRetryWindow is how long such tries go on before giving up
 	// until the next rebalance (the membership stream still acquires a
 	// shard the moment its lock is deleted). 0 disables retries. Default 2s.
 	AcquireRetryWindow time.Duration `key:"sharding.acquire_retry_window"`
+	// StartupQuiet is how long the runner view must stay unchanged before
+	// a starting runner makes its first acquisition, so that runners
+	// started together each lock their final share at once instead of
+	// the first one locking every shard and handing them over as the
+	// others register (see settle.go). Zero means the default, 1s.
+	StartupQuiet time.Duration
+	// StartupSettleMax bounds that wait, counted from the registration: a
+	// membership that keeps changing delays the first acquisition by at
+	// most this. Zero means the default, 5s; a negative value turns the
+	// wait off.
+	StartupSettleMax time.Duration
 	// InterruptTimeout bounds the wait for a shard's handlers to stop and
 	// hand over in-flight work on a planned release, and on stop the wait
 	// for every handler to return before the lease is revoked (a Handler
@@ -90,14 +105,32 @@ func DefaultConfigFor(leaseTTL time.Duration) Config {
 		AcquireRetryWindow:   2 * time.Second,
 		InterruptTimeout:     5 * time.Second,
 		ProbeInterval:        500 * time.Millisecond,
+		StartupQuiet:         defaultStartupQuiet,
+		StartupSettleMax:     defaultStartupSettleMax,
 	}
 }
 
+// The start-up settle's defaults. A group of runners started together
+// registers within a second or so of each other even on a loaded
+// machine; the bound keeps a churning membership from holding a runner
+// back for long.
+const (
+	defaultStartupQuiet     = time.Second
+	defaultStartupSettleMax = 5 * time.Second
+)
+
 // WithDefaults returns c with its zero lease intervals (keep-alive
 // interval and timeout, lock refresh, detach margin) derived from LeaseTTL
-// by detachment.DeriveFromLease, the one rule every component follows.
-// Other zero fields stay zero: Validate says what they must be.
+// by detachment.DeriveFromLease, the one rule every component follows,
+// and a zero start-up settle (StartupQuiet, StartupSettleMax) at its
+// defaults. Other zero fields stay zero: Validate says what they must be.
 func (c Config) WithDefaults() Config {
+	if c.StartupQuiet == 0 {
+		c.StartupQuiet = defaultStartupQuiet
+	}
+	if c.StartupSettleMax == 0 {
+		c.StartupSettleMax = defaultStartupSettleMax
+	}
 	d := detachment.DeriveFromLease(c.LeaseTTL)
 	if c.KeepAliveInterval == 0 {
 		c.KeepAliveInterval = d.KeepAliveInterval
@@ -189,6 +222,12 @@ func (c Config) Validate() error {
 	}
 	if c.AcquireRetryWindow < 0 {
 		bad("AcquireRetryWindow", c.AcquireRetryWindow, "must be ≥ 0 (0 disables retries)")
+	}
+	if c.StartupQuiet < 0 || c.StartupQuiet > time.Minute {
+		bad("StartupQuiet", c.StartupQuiet, "must be in [0, 1m] (0: the default)")
+	}
+	if c.StartupSettleMax > time.Minute {
+		bad("StartupSettleMax", c.StartupSettleMax, "must be ≤ 1m (0: the default; negative: no wait)")
 	}
 	if c.InterruptTimeout <= 0 {
 		bad("InterruptTimeout", c.InterruptTimeout, "must be > 0")
