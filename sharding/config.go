@@ -68,7 +68,10 @@ type Config struct {
 	// a starting runner makes its first acquisition, so that runners
 	// started together each lock their final share at once instead of
 	// the first one locking every shard and handing them over as the
-	// others register (see settle.go). Zero means the default, 1s.
+	// others register (see settle.go). Zero follows RebalanceDebounce,
+	// which coalesces bursts of membership changes as this waits one out:
+	// 4 × RebalanceDebounce (at most 1m), 1s with its default, and no wait
+	// with a RebalanceDebounce of 0.
 	StartupQuiet time.Duration
 	// StartupSettleMax bounds that wait, counted from the registration: a
 	// membership that keeps changing delays the first acquisition by at
@@ -105,28 +108,30 @@ func DefaultConfigFor(leaseTTL time.Duration) Config {
 		AcquireRetryWindow:   2 * time.Second,
 		InterruptTimeout:     5 * time.Second,
 		ProbeInterval:        500 * time.Millisecond,
-		StartupQuiet:         defaultStartupQuiet,
 		StartupSettleMax:     defaultStartupSettleMax,
 	}
 }
 
 // The start-up settle's defaults. A group of runners started together
-// registers within a second or so of each other even on a loaded
-// machine; the bound keeps a churning membership from holding a runner
-// back for long.
+// registers with gaps well under a second between one and the next, even
+// on a loaded machine (0.6s for all of 10 processes on a loaded 2-core
+// machine): the quiet period, startupQuietDebounces × RebalanceDebounce,
+// is 1s by default. The bound keeps a churning membership from holding a
+// runner back for long.
 const (
-	defaultStartupQuiet     = time.Second
+	startupQuietDebounces   = 4
 	defaultStartupSettleMax = 5 * time.Second
 )
 
 // WithDefaults returns c with its zero lease intervals (keep-alive
 // interval and timeout, lock refresh, detach margin) derived from LeaseTTL
 // by detachment.DeriveFromLease, the one rule every component follows,
-// and a zero start-up settle (StartupQuiet, StartupSettleMax) at its
-// defaults. Other zero fields stay zero: Validate says what they must be.
+// a zero StartupQuiet derived from RebalanceDebounce and a zero
+// StartupSettleMax at its default. Other zero fields stay zero: Validate
+// says what they must be.
 func (c Config) WithDefaults() Config {
 	if c.StartupQuiet == 0 {
-		c.StartupQuiet = defaultStartupQuiet
+		c.StartupQuiet = min(startupQuietDebounces*c.RebalanceDebounce, time.Minute)
 	}
 	if c.StartupSettleMax == 0 {
 		c.StartupSettleMax = defaultStartupSettleMax
@@ -224,7 +229,7 @@ func (c Config) Validate() error {
 		bad("AcquireRetryWindow", c.AcquireRetryWindow, "must be ≥ 0 (0 disables retries)")
 	}
 	if c.StartupQuiet < 0 || c.StartupQuiet > time.Minute {
-		bad("StartupQuiet", c.StartupQuiet, "must be in [0, 1m] (0: the default)")
+		bad("StartupQuiet", c.StartupQuiet, "must be in [0, 1m] (0: 4 × sharding.rebalance_debounce)")
 	}
 	if c.StartupSettleMax > time.Minute {
 		bad("StartupSettleMax", c.StartupSettleMax, "must be ≤ 1m (0: the default; negative: no wait)")

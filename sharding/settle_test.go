@@ -37,6 +37,7 @@ func TestColdStartSettles(t *testing.T) {
 	// 333ms per call), which would add its recovery to the bound.
 	cfg := DefaultConfigFor(10 * time.Second)
 	cfg.RebalanceDebounce = 50 * time.Millisecond
+	cfg.StartupQuiet = time.Second // the default's, with the default debounce
 	cfg.InterruptTimeout = time.Second
 	cfg.ProbeInterval = 100 * time.Millisecond
 	// The safety pass must not be what converges the cluster.
