@@ -13,11 +13,14 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
-// TestColdStartSettles: many runners started at once lock every shard
-// once, each by its final owner, and reach the balanced assignment within
-// a bound that does not grow with their number: the first acquisition
-// waits for the membership to settle (settle.go), so no runner locks from
-// a view that lacks the others and then hands the shards over.
+// TestColdStartSettles: many runners started together (over half the
+// quiet period, as processes boot) lock every shard once, each by its
+// final owner, and reach the balanced assignment within a bound that does
+// not grow with their number: the first acquisition waits for the
+// membership to settle (settle.go), so no runner locks from a view that
+// lacks the others and then hands the shards over. (Without the wait,
+// StartupSettleMax < 0, the first runners lock shards the later ones then
+// take over, and the test fails on shards locked twice.)
 //
 // The bound follows the mechanism. Once the last runner is registered
 // (seen here as its lease), each runner's view shows it within one stream
