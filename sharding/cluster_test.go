@@ -91,6 +91,16 @@ func (c *cluster) start(id string, weight float64) *testRunner {
 
 // startWith starts a runner whose store is wrapped by wrap (nil: none).
 func (c *cluster) startWith(id string, weight float64, wrap func(storage.RunnerStore) storage.RunnerStore) *testRunner {
+	c.t.Helper()
+	return c.prepare(id, weight, wrap)()
+}
+
+// prepare sets a runner up — its store, connected, and its Manager — and
+// returns the function that starts it, so that a test can start many
+// runners at one instant. The returned function is safe to call from
+// another goroutine than the other prepared runners' (not from several
+// goroutines for one runner).
+func (c *cluster) prepare(id string, weight float64, wrap func(storage.RunnerStore) storage.RunnerStore) func() *testRunner {
 	t := c.t
 	t.Helper()
 	st, p := c.storeVia()
@@ -108,10 +118,12 @@ func (c *cluster) startWith(id string, weight float64, wrap func(storage.RunnerS
 	}
 	r := &testRunner{id: id, proxy: p, mgr: mgr}
 	mgr.Machine().Subscribe(r.transitions.Record)
-	r.Run = harness.Go(mgr.Run)
-	t.Cleanup(func() { r.stop(t) })
-	c.nodes.Add(id, r)
-	return r
+	return func() *testRunner {
+		r.Run = harness.Go(mgr.Run)
+		t.Cleanup(func() { r.stop(t) })
+		c.nodes.Add(id, r)
+		return r
+	}
 }
 
 // stop ends the runner's Run (interrupt, revoke) and waits for it.

@@ -54,12 +54,30 @@ type Config struct {
 	// Must be ≤ LeaseTTL/3. Zero follows LeaseTTL: LeaseTTL/3.
 	LockRefreshInterval time.Duration `key:"sharding.lock_refresh_interval"`
 	// AcquireRetryInterval is the pause between tries at shards assigned to
-	// this runner but still held elsewhere. Default 200ms.
+	// this runner but not acquired, whose lock the membership view shows
+	// free (a try lost a race, or the view has not caught up with the
+	// holder a try met). A shard whose lock the view shows held elsewhere
+	// is not tried: the membership stream reports the lock's deletion, and
+	// the shard is acquired then. Default 200ms.
 	AcquireRetryInterval time.Duration `key:"sharding.acquire_retry_interval"`
 	// AcquireRetryWindow is how long such tries go on before giving up
 	// until the next rebalance (the membership stream still acquires a
 	// shard the moment its lock is deleted). 0 disables retries. Default 2s.
 	AcquireRetryWindow time.Duration `key:"sharding.acquire_retry_window"`
+	// StartupQuiet is how long the runner view must stay unchanged before
+	// a starting runner makes its first acquisition, so that runners
+	// started together each lock their final share at once instead of
+	// the first one locking every shard and handing them over as the
+	// others register (see settle.go). Zero follows RebalanceDebounce,
+	// which coalesces bursts of membership changes as this waits one out:
+	// 4 × RebalanceDebounce (at most 1m), 1s with its default, and no wait
+	// with a RebalanceDebounce of 0.
+	StartupQuiet time.Duration
+	// StartupSettleMax bounds that wait, counted from the registration: a
+	// membership that keeps changing delays the first acquisition by at
+	// most this. Zero means the default, 5s; a negative value turns the
+	// wait off.
+	StartupSettleMax time.Duration
 	// InterruptTimeout bounds the wait for a shard's handlers to stop and
 	// hand over in-flight work on a planned release, and on stop the wait
 	// for every handler to return before the lease is revoked (a Handler
@@ -90,14 +108,34 @@ func DefaultConfigFor(leaseTTL time.Duration) Config {
 		AcquireRetryWindow:   2 * time.Second,
 		InterruptTimeout:     5 * time.Second,
 		ProbeInterval:        500 * time.Millisecond,
+		StartupSettleMax:     defaultStartupSettleMax,
 	}
 }
 
+// The start-up settle's defaults. A group of runners started together
+// registers with gaps well under a second between one and the next, even
+// on a loaded machine (0.6s for all of 10 processes on a loaded 2-core
+// machine): the quiet period, startupQuietDebounces × RebalanceDebounce,
+// is 1s by default. The bound keeps a churning membership from holding a
+// runner back for long.
+const (
+	startupQuietDebounces   = 4
+	defaultStartupSettleMax = 5 * time.Second
+)
+
 // WithDefaults returns c with its zero lease intervals (keep-alive
 // interval and timeout, lock refresh, detach margin) derived from LeaseTTL
-// by detachment.DeriveFromLease, the one rule every component follows.
-// Other zero fields stay zero: Validate says what they must be.
+// by detachment.DeriveFromLease, the one rule every component follows,
+// a zero StartupQuiet derived from RebalanceDebounce and a zero
+// StartupSettleMax at its default. Other zero fields stay zero: Validate
+// says what they must be.
 func (c Config) WithDefaults() Config {
+	if c.StartupQuiet == 0 {
+		c.StartupQuiet = min(startupQuietDebounces*c.RebalanceDebounce, time.Minute)
+	}
+	if c.StartupSettleMax == 0 {
+		c.StartupSettleMax = defaultStartupSettleMax
+	}
 	d := detachment.DeriveFromLease(c.LeaseTTL)
 	if c.KeepAliveInterval == 0 {
 		c.KeepAliveInterval = d.KeepAliveInterval
@@ -189,6 +227,12 @@ func (c Config) Validate() error {
 	}
 	if c.AcquireRetryWindow < 0 {
 		bad("AcquireRetryWindow", c.AcquireRetryWindow, "must be ≥ 0 (0 disables retries)")
+	}
+	if c.StartupQuiet < 0 || c.StartupQuiet > time.Minute {
+		bad("StartupQuiet", c.StartupQuiet, "must be in [0, 1m] (0: 4 × sharding.rebalance_debounce)")
+	}
+	if c.StartupSettleMax > time.Minute {
+		bad("StartupSettleMax", c.StartupSettleMax, "must be ≤ 1m (0: the default; negative: no wait)")
 	}
 	if c.InterruptTimeout <= 0 {
 		bad("InterruptTimeout", c.InterruptTimeout, "must be > 0")

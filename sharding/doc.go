@@ -13,7 +13,11 @@
 // without the runner change that explains it; and the assignment maps every
 // state a hand-over passes through to the hand-over's end state. So a
 // runner that has seen any revision of a hand-over moves only the shards
-// the hand-over moves, straight to their new owners. The procedure is
+// the hand-over moves, straight to their new owners. A starting runner
+// makes its first acquisition once the membership has settled
+// (settle.go), so that runners started together each lock their final
+// share at once; a shard held elsewhere is taken when the stream shows its
+// lock deleted, not polled for (acquire.go). The procedure is
 // versioned by the cluster meta (ClusterProcedure reads it): a cluster
 // keeps the one it was created with.
 package sharding

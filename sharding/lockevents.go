@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/tenurehq/tenure/storage"
 )
@@ -53,6 +54,9 @@ func (m *Manager) absorb(batches []storage.MembershipBatch) reaction {
 		lease = m.session.LeaseID()
 	}
 	a := m.absorbLocked(batches)
+	if a.runners {
+		m.runnersChanged(time.Now())
+	}
 	// The holders feed the assignment: recompute it before deciding.
 	m.recomputeLocked()
 	r := reaction{rebalance: a.runners || m.mustRebalance()}

@@ -18,6 +18,10 @@ func (m *Manager) loop(ctx context.Context) {
 	defer probe.Stop()
 	retry := time.NewTicker(m.cfg.AcquireRetryInterval)
 	defer retry.Stop()
+	// settle wakes the loop when the start-up settle may end (settle.go);
+	// it is not reset once settled.
+	settle := time.NewTimer(m.settleLeft(time.Now()))
+	defer settle.Stop()
 
 	for {
 		select {
@@ -35,6 +39,15 @@ func (m *Manager) loop(ctx context.Context) {
 			// loses one that a newer listing lacks or shows under
 			// another lease.
 			safety.Reset(m.rebalance(ctx, true))
+			m.reportStuck(time.Now())
+		case <-settle.C:
+			if left := m.settleLeft(time.Now()); left > 0 {
+				settle.Reset(left)
+			} else {
+				// The first acquisition, from the settled view (a fresh
+				// one unless the stream is in sync).
+				m.rebalance(ctx, !m.streamInSync)
+			}
 		case b := <-m.membership:
 			m.onMembership(ctx, b)
 		case <-retry.C:

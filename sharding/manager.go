@@ -29,7 +29,10 @@ import (
 //   - a Suspended shard (a lock believed still ours while nothing runs) is
 //     re-verified before it is owned again;
 //   - a shard is Pending only while the assignment gives it to us;
-//   - only the loop goroutine makes lock calls (acquire, verify, release).
+//   - only the loop goroutine makes lock calls (acquire, verify, release);
+//   - nothing is acquired before the start-up settle ends (settle.go): it
+//     delays lock calls, never decides ownership, which every acquisition
+//     still takes through etcd's transaction.
 //
 // A shard's states, their allowed transitions and the invariants of the
 // per-shard records are in shardstate.go, next to the one function that
@@ -76,6 +79,11 @@ type Manager struct {
 	// the loop as an event (see refreshLocks). Loop goroutine only.
 	streamInSync bool
 	running      bool
+
+	// settle holds the first acquisition back while the membership is
+	// still changing (settle.go). Loop goroutine only, once Run has
+	// registered.
+	settle settleState
 
 	// badMoves counts refused shard state changes (bugs; see moveLocked).
 	badMoves atomic.Int64
@@ -213,6 +221,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.machine.Close()
 		return err
 	}
+	now := time.Now()
+	m.settle = settleState{registered: now, lastChange: now}
 	work := lifecycle.New(ctx, "sharding manager "+m.self.ID)
 	work.Go("membership watch", m.watchMembership)
 	work.Go("shard loop", m.loop)

@@ -76,6 +76,24 @@ func TestConvergeAndJoin(t *testing.T) {
 	c.ledger.checkNoOverlap(t)
 }
 
+// TestStartupSettleDefaults: a zero quiet period follows the debounce (4×,
+// 1s with the default 250ms), a zero bound is 5s, and set values stay.
+func TestStartupSettleDefaults(t *testing.T) {
+	c := DefaultConfig().WithDefaults()
+	if c.StartupQuiet != time.Second || c.StartupSettleMax != 5*time.Second {
+		t.Errorf("defaults: quiet %s, max %s; want 1s, 5s", c.StartupQuiet, c.StartupSettleMax)
+	}
+	c = DefaultConfig()
+	c.RebalanceDebounce = 50 * time.Millisecond
+	if q := c.WithDefaults().StartupQuiet; q != 200*time.Millisecond {
+		t.Errorf("quiet with a 50ms debounce: %s, want 200ms", q)
+	}
+	c.StartupQuiet, c.StartupSettleMax = 3*time.Second, -1
+	if w := c.WithDefaults(); w.StartupQuiet != 3*time.Second || w.StartupSettleMax != -1 {
+		t.Errorf("set values changed: quiet %s, max %s", w.StartupQuiet, w.StartupSettleMax)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
@@ -91,6 +109,8 @@ func TestConfigValidate(t *testing.T) {
 		"AcquireRetryWindow":  func(c *Config) { c.AcquireRetryWindow = -1 },
 		"DetachMargin":        func(c *Config) { c.Detachment.DetachMargin = c.LeaseTTL },
 		"RebalanceInterval":   func(c *Config) { c.RebalanceInterval = time.Millisecond },
+		"StartupQuiet":        func(c *Config) { c.StartupQuiet = -1 },
+		"StartupSettleMax":    func(c *Config) { c.StartupSettleMax = 2 * time.Minute },
 	} {
 		c := DefaultConfig()
 		mutate(&c)

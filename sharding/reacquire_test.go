@@ -98,10 +98,11 @@ func watchOnly(cfg Config) Config {
 // lock is deleted, within harness.WatchBound: only the lock watch can have
 // woken the manager.
 //
-// The retry ticker must be away too, retries off or not: with
-// AcquireRetryWindow 0 each of its ticks finds the window exhausted and
-// brings the safety pass forward, a pass every AcquireRetryInterval
-// (200 ms by default) that would take the shard without the watch.
+// The retry ticker is away too, retries off or not: a tick that found a
+// polled shard's window exhausted would bring the safety pass forward, a
+// pass every AcquireRetryInterval (200 ms by default) that would take the
+// shard without the watch. (A shard the view shows held is not polled,
+// so none should be; the test does not rely on it.)
 func TestReacquireWokenByWatch(t *testing.T) {
 	cfg := watchOnly(testConfig())
 	cfg.AcquireRetryWindow = 0
@@ -132,9 +133,11 @@ func TestReacquireWokenByWatch(t *testing.T) {
 	}
 }
 
-// TestRetryWindowExhausted: a shard held elsewhere is retried every interval
-// for the window, then the exhaustion is counted; it is still taken when
-// freed.
+// TestRetryWindowExhausted: a shard held elsewhere while the membership
+// view shows its lock free (here the store hides every lock from the view,
+// as a view that has not caught up with the holder would) is retried
+// every interval for the window, then the exhaustion is counted; it is
+// still taken when freed, by the rebalance the exhaustion brings forward.
 func TestRetryWindowExhausted(t *testing.T) {
 	cfg := testConfig()
 	cfg.AcquireRetryInterval = 50 * time.Millisecond
@@ -142,7 +145,7 @@ func TestRetryWindowExhausted(t *testing.T) {
 	c := newCluster(t, 1, cfg)
 	sh := storage.ShardID{Group: "default", Index: 0}
 	holder := foreignHolder(t, c, []storage.ShardID{sh})
-	r := c.start("retrier", 1)
+	r := c.startWith("retrier", 1, func(s storage.RunnerStore) storage.RunnerStore { return hiddenLocks{s} })
 	testenv.WaitFor(t, "window exhaustion", 5*time.Second, func() bool {
 		return testutil.ToFloat64(r.mgr.metrics.retryWindowExhausts) >= 1
 	})
@@ -153,4 +156,61 @@ func TestRetryWindowExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "acquisition after release", 5*time.Second, func() bool { return len(r.mgr.Owned()) == 1 })
+}
+
+// TestHeldShardNotPolled: a shard whose lock the membership view shows
+// held elsewhere is not retried, however short the retry window: the
+// stream reports the lock's deletion, and the shard is taken then.
+func TestHeldShardNotPolled(t *testing.T) {
+	cfg := watchOnly(testConfig())
+	cfg.AcquireRetryInterval = 20 * time.Millisecond
+	cfg.AcquireRetryWindow = 100 * time.Millisecond
+	c := newCluster(t, 1, cfg)
+	sh := storage.ShardID{Group: "default", Index: 0}
+	holder := foreignHolder(t, c, []storage.ShardID{sh})
+	r := c.start("waiter", 1)
+	testenv.WaitFor(t, "the shard pending", 10*time.Second, func() bool { return len(r.mgr.Status().Pending) == 1 })
+	observe := time.NewTimer(3 * cfg.AcquireRetryWindow)
+	<-observe.C // an observation period, not a synchronisation
+	if v := testutil.ToFloat64(r.mgr.metrics.acquireRetries); v != 0 {
+		t.Errorf("acquire_retry_attempts_total = %v for a shard the view shows held", v)
+	}
+	if v := testutil.ToFloat64(r.mgr.metrics.retryWindowExhausts); v != 0 {
+		t.Errorf("acquire_retry_window_exhausted_total = %v for a shard the view shows held", v)
+	}
+	if err := holder.ReleaseShard(context.Background(), sh); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "acquisition after release (woken by the watch)", harness.WatchBound, func() bool { return len(r.mgr.Owned()) == 1 })
+}
+
+// hiddenLocks is a runner store whose membership listings and stream show
+// the runners but no shard lock.
+type hiddenLocks struct{ storage.RunnerStore }
+
+func (h hiddenLocks) Membership(ctx context.Context) (storage.MembershipBatch, error) {
+	b, err := h.RunnerStore.Membership(ctx)
+	b.Events = withoutLocks(b.Events)
+	return b, err
+}
+
+func (h hiddenLocks) WatchMembership(ctx context.Context) <-chan storage.MembershipBatch {
+	in := h.RunnerStore.WatchMembership(ctx)
+	out := make(chan storage.MembershipBatch)
+	go func() {
+		defer close(out)
+		for b := range in {
+			b.Events = withoutLocks(b.Events)
+			select {
+			case out <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func withoutLocks(evs []storage.MembershipEvent) []storage.MembershipEvent {
+	return slices.DeleteFunc(slices.Clone(evs), func(ev storage.MembershipEvent) bool { return ev.Lock != nil })
 }

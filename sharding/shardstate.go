@@ -36,8 +36,9 @@ const (
 	// membership stream shows of the shard.
 	shardFree shardState = iota
 	// shardPending: the assignment gives us the shard but another runner
-	// holds its lock; it is retried while its retry window is open, and
-	// taken at once when the stream shows the lock deleted.
+	// holds its lock; it is taken at once when the stream shows the lock
+	// deleted. While the view shows the lock free it is retried, as long
+	// as its retry window is open (acquire.go, polledLocked).
 	shardPending
 	// shardOwned: our lease holds the lock and we are attached: the
 	// shard's entities run under own.Ctx.
@@ -75,7 +76,7 @@ var shardTransitions = []struct {
 	{shardFree, shardPending, "acquire: held elsewhere"},
 	{shardFree, shardOwned, "acquire: locked while attached"},
 	{shardFree, shardSuspended, "acquire: locked, but the attachment ended meanwhile"},
-	{shardPending, shardPending, "acquire: still held elsewhere (a new window, or the holder a retry saw); its window ran out"},
+	{shardPending, shardPending, "acquire: still held elsewhere (a new window, or the holder a retry saw); its window ran out (only a polled shard's: one the view shows free)"},
 	{shardPending, shardOwned, "acquire: locked while attached"},
 	{shardPending, shardSuspended, "acquire: locked, but the attachment ended meanwhile"},
 	{shardPending, shardFree, "no longer assigned to us; the lease is lost; the manager stops"},
@@ -104,7 +105,8 @@ var errShardTransition = errors.New("sharding: illegal shard state transition")
 // retryWindow is the retry state of a Pending shard.
 type retryWindow struct {
 	since     time.Time // when the current retry window opened
-	holder    string    // the holder a retry found
+	waiting   time.Time // when the shard became Pending (kept across windows)
+	holder    string    // the holder the last try found
 	exhausted bool      // the window ran out and was reported
 }
 
