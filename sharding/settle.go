@@ -15,6 +15,11 @@ import (
 // from the view the last registration made, so each shard is locked once,
 // by its final owner.
 //
+// A runner joining a running cluster (its first view shows shards locked
+// by others) does not wait: its shards come from their holders' planned
+// releases, which begin as soon as they see it register, and must be
+// taken at once.
+//
 // The wait ends as soon as the runner view has not changed for
 // Config.StartupQuiet (a lone runner, or the last of a group, waits that
 // long), and in any case Config.StartupSettleMax after the registration:
@@ -51,9 +56,10 @@ func (m *Manager) settleLeft(now time.Time) time.Duration {
 	m.mu.Lock()
 	viewRead := m.viewRev > 0
 	runners := len(m.runners)
+	joining := viewRead && m.heldElsewhereLocked()
 	m.mu.Unlock()
 	left := st.registered.Add(m.cfg.StartupSettleMax).Sub(now)
-	if left > 0 && m.cfg.StartupQuiet > 0 {
+	if left > 0 && m.cfg.StartupQuiet > 0 && !joining {
 		if !viewRead {
 			return min(left, m.cfg.StartupQuiet)
 		}
@@ -66,6 +72,20 @@ func (m *Manager) settleLeft(now time.Time) time.Duration {
 		"waited", now.Sub(st.registered), "runners", runners, "view_changes", st.viewChanges,
 		"quiet", m.cfg.StartupQuiet, "max", m.cfg.StartupSettleMax)
 	return 0
+}
+
+// heldElsewhereLocked reports whether the view shows a shard locked by
+// another runner: the runner is joining a running cluster, whose runners
+// hand it its shards as they see it register. Waiting would leave those
+// shards unowned, released by their holders and not yet taken, for the
+// quiet period: a join does not settle. Under mu.
+func (m *Manager) heldElsewhereLocked() bool {
+	for _, r := range m.shards.recs {
+		if r.held && r.holder != m.self.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // runnersChanged records a change of the runner view for the settle.

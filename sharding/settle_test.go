@@ -161,3 +161,30 @@ func TestPendingWaitsOnTheStream(t *testing.T) {
 	smp.finish(t)
 	c.ledger.checkNoOverlap(t)
 }
+
+// TestJoinDoesNotSettle: a runner joining a running cluster (its first
+// view shows shards locked by another) takes its share as the holder hands
+// it over, without the start-up settle: waiting would leave the shards
+// its holder releases unowned for the quiet period. Its quiet period here
+// is a minute, so the join's bound (as TestPendingWaitsOnTheStream's)
+// could not be met if it waited.
+func TestJoinDoesNotSettle(t *testing.T) {
+	testenv.CheckLeaks(t)
+	cfg := testConfig()
+	cfg.RebalanceInterval = time.Hour
+	c := newCluster(t, 8, cfg)
+	smp := c.sample()
+	c.start("r1", 1)
+	c.waitConverged(c.members(), 15*time.Second)
+	c.cfg.StartupQuiet, c.cfg.StartupSettleMax = time.Minute, time.Minute
+	joined := time.Now()
+	c.start("r2", 1)
+	// r1 rebalances RebalanceDebounce after the join and releases r2's
+	// half one shard at a time, each within InterruptTimeout and a
+	// request timeout; r2 takes each on its deletion.
+	bound := cfg.RebalanceDebounce + 4*(cfg.InterruptTimeout+time.Second) + time.Second
+	c.waitConverged(c.members(), time.Until(joined.Add(bound)))
+	t.Logf("r2 holds its share %s after starting (bound %s; its quiet period %s)", time.Since(joined).Round(time.Millisecond), bound, c.cfg.StartupQuiet)
+	smp.finish(t)
+	c.ledger.checkNoOverlap(t)
+}
