@@ -51,6 +51,7 @@ var knownMetrics = map[string]string{
 	"tenure_tasks_running":                  "gauge",
 	"tenure_tasks_queued":                   "gauge",
 	"tenure_tasks_reconciles_total":         "counter",
+	"tenure_tasks_reconcile_found_total":    "counter",
 	"tenure_tasks_wakeups_total":            "counter",
 	"tenure_tasks_interrupt_overruns_total": "counter",
 	"tenure_tasks_purged_total":             "counter",

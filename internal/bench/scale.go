@@ -114,12 +114,13 @@ type ScaleIdle struct {
 	S3PerS            float64            `json:"s3_requests_per_s"`
 	S3PerSPerRunner   float64            `json:"s3_requests_per_s_per_runner"`
 	S3Requests        map[string]float64 `json:"s3_requests,omitempty"` // by operation
-	// ReconcileListsPerS is the steady state's periodic LISTs per
-	// second by the model (one per shard per reconcile interval). The
-	// window sees only those of the shards acquired more than a reconcile
-	// interval before its end: a shard's first periodic listing comes a
-	// reconcile interval after its acquisition, and a cold start acquires
-	// them together; after a short cold start the window sees none.
+	// ReconcileListsPerS is the idle steady state's periodic LISTs per
+	// second by the cost model (IdleModel: each shard's reconciliation,
+	// backed off to its maximum interval, and its retention sweep). The
+	// window does not see that state: after an acquisition a shard lists
+	// again a reconcile interval later, then backs off, doubling, over
+	// about two hours; a window after a short cold start sees few or
+	// none.
 	ReconcileListsPerS float64 `json:"model_reconcile_lists_per_s"`
 }
 
@@ -233,7 +234,7 @@ func scaleRow(ctx context.Context, e *env, s scaleSettings, n int, ports *portAl
 	if row.Idle, err = scaleIdle(ctx, s, wire, procs, n); err != nil {
 		return row, err
 	}
-	row.Idle.ReconcileListsPerS = round(float64(s.shards)/cfg.Entity.ReconcileInterval.Std().Seconds(), 2)
+	row.Idle.ReconcileListsPerS = round(float64(s.shards)*idleModel(cfg.EntityConfig()).ListsPerShardHour/3600, 2)
 	e.logf("scale: %d runners idle for %s: S3 %.2f requests/s %s; etcd %s", n, s.idle, row.Idle.S3PerS,
 		describeOps(row.Idle.S3Requests), describeEtcdRate(row.Idle))
 
