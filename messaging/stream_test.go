@@ -63,8 +63,10 @@ func (m *methodCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	}
 }
 
-func (m *methodCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (m *methodCounter) HandleConn(context.Context, stats.ConnStats)                       {}
+func (m *methodCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (m *methodCounter) HandleConn(context.Context, stats.ConnStats) {}
 
 func (m *methodCounter) counts(method string) (rpcs, frames int) {
 	m.mu.Lock()
