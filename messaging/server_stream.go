@@ -94,6 +94,8 @@ func (ss *serverStream) drain() {
 func (ss *serverStream) frame(ctx context.Context, f *callpb.CallFrame) {
 	for _, r := range f.Requests {
 		if ss.s.stopping.Err() != nil {
+			// Counted as refused: not started, the caller routes it again.
+			ss.s.metrics.refused.Inc()
 			ss.mu.Lock()
 			ss.notRun = append(ss.notRun, r.Seq)
 			ss.mu.Unlock()

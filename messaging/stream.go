@@ -77,7 +77,6 @@ type callStream struct {
 	probe  *sendProbe // the stream's: which socket grpc queued it on
 
 	mu        sync.Mutex
-	stream    grpc.BidiStreamingClient[callpb.CallFrame, callpb.ReplyFrame]
 	calls     map[uint64]*pending // every call not answered, queued or sent
 	queue     []*pending          // not yet handed to SendMsg
 	cancels   []uint64
@@ -151,9 +150,6 @@ func (s *callStream) run() {
 		s.fail(err, false)
 		return
 	}
-	s.mu.Lock()
-	s.stream = st
-	s.mu.Unlock()
 	go s.read(st)
 	s.write(st)
 }

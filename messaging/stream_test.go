@@ -685,3 +685,65 @@ type reply struct {
 	body []byte
 	err  error
 }
+
+// drainingServer answers its first stream's first frame "not run,
+// draining" and waits for the caller to close its side; its later streams
+// echo.
+type drainingServer struct {
+	callpb.UnimplementedEntityServiceServer
+	streams  atomic.Int64
+	closedBy chan error // how the first stream's caller ended it
+}
+
+func (d *drainingServer) Stream(st callpb.EntityService_StreamServer) error {
+	first := d.streams.Add(1) == 1
+	for {
+		f, err := st.Recv()
+		if err != nil {
+			if first {
+				d.closedBy <- err
+			}
+			return nil
+		}
+		out := &callpb.ReplyFrame{}
+		for _, r := range f.Requests {
+			if first {
+				out.NotRun = append(out.NotRun, r.Seq)
+				out.Draining = true
+				continue
+			}
+			out.Replies = append(out.Replies, &callpb.StreamReply{Seq: r.Seq,
+				Reply: &callpb.CallReply{Outcome: &callpb.CallReply_Payload{Payload: r.Request.Payload}}})
+		}
+		if err := st.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+// TestStreamNotRunIsNotSent: a request the runner read while stopping and
+// answered not run is not sent (routed again); the caller closes its side
+// of the draining stream, and its next call goes on a new stream.
+func TestStreamNotRunIsNotSent(t *testing.T) {
+	testenv.CheckLeaks(t)
+	d := &drainingServer{closedBy: make(chan error, 1)}
+	addr := serveGRPC(t, d)
+	c := newTestClient(t)
+	owner := routing.Owner{RunnerID: "b", Addr: addr, Epoch: 5}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, res, err := c.attemptRemote(ctx, &call{kind: kindCall, typ: "echo", id: "e1", body: []byte("x")}, owner)
+	if res != notSent || !errors.Is(err, ErrNotSent) || !errors.Is(err, errNotRun) {
+		t.Fatalf("call answered not run: %v, %v; want not sent", res, err)
+	}
+	if err := <-d.closedBy; !errors.Is(err, io.EOF) {
+		t.Fatalf("the draining stream ended with %v, want the caller's close (EOF)", err)
+	}
+	got, res, err := c.attemptRemote(ctx, &call{kind: kindCall, typ: "echo", id: "e1", body: []byte("y")}, owner)
+	if err != nil || string(got) != "y" {
+		t.Fatalf("call after the drain: %q, %v, %v", got, res, err)
+	}
+	if n := d.streams.Load(); n != 2 {
+		t.Fatalf("%d streams, want 2", n)
+	}
+}
