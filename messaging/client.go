@@ -496,21 +496,18 @@ func (c *Client) callStream(ctx context.Context, cl *call, owner routing.Owner, 
 		pc.release(s)
 	}
 	var r streamResult
-	reuse := true
 	select {
 	case r = <-p.ch:
 	case <-ctx.Done():
 		r = s.abandon(p)
-		if r.state == stateUnknown {
-			// Its frame may still be being marshalled.
-			reuse = false
-		}
 		if r.err == nil {
 			r.err = context.Cause(ctx)
 		}
 	}
-	p.req.Request = nil
-	if reuse {
+	if !r.held {
+		// Answered (the runner read the frame: its marshalling is
+		// over), or never handed to the writer.
+		p.req.Request = nil
 		pendings.Put(p)
 	}
 	switch r.state {

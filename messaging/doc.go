@@ -93,8 +93,10 @@
 // min(4, GOMAXPROCS/4), at least one, picked in turn. Callers queue their
 // requests, each numbered on its stream; one writer goroutine per stream
 // sends everything queued in one frame per write (the calls that arrive
-// while a frame is being sent make the next one: batching with no added
-// wait), cut so that a frame stays within one message's wire limit; a
+// while a frame is being sent make the next one; before taking the queue
+// the writer yields the processor once, so that callers already runnable
+// join the frame: batching without a timer), cut so that a frame stays
+// within one message's wire limit; a
 // reader goroutine hands each reply to its caller by number. The Server
 // runs each request of a frame in a goroutine of its own, as it runs a
 // unary Call, and batches its replies the same way. A stream that ends

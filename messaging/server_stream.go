@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -152,6 +153,9 @@ func (ss *serverStream) write() {
 	f := &callpb.ReplyFrame{}
 	broken := false
 	for range ss.wake {
+		// Let the requests already runnable finish first: their replies
+		// join this frame.
+		runtime.Gosched()
 		for {
 			ss.mu.Lock()
 			n, size := 0, 0

@@ -48,6 +48,9 @@ type streamResult struct {
 	reply  *callpb.CallReply
 	err    error
 	unsent bool // not written because the socket had stopped writing (errNotWritten)
+	// held: the request was handed to the writer and no answer came, so
+	// its frame may still be being marshalled: the pending is not reused.
+	held bool
 }
 
 // pending is one call on a stream, from its queueing to its answer. It is
@@ -64,9 +67,10 @@ var pendings = sync.Pool{New: func() any { return &pending{ch: make(chan streamR
 // callStream is one Stream of a pooled connection. Callers queue their
 // requests; its writer goroutine sends every request queued (and every
 // cancellation) in one frame per SendMsg — batching comes from the calls
-// that arrive while the previous frame is being sent, with no added wait —
-// and its reader goroutine hands each reply to its caller by sequence
-// number.
+// that arrive while the previous frame is being sent, and from those
+// already runnable when it wakes (it yields once first), never from a
+// timer — and its reader goroutine hands each reply to its caller by
+// sequence number.
 type callStream struct {
 	pc     *poolConn
 	slot   int
@@ -133,7 +137,7 @@ func (s *callStream) abandon(p *pending) streamResult {
 	}
 	s.mu.Unlock()
 	s.signal()
-	return streamResult{state: stateUnknown}
+	return streamResult{state: stateUnknown, held: true}
 }
 
 // run opens the stream, then writes until it ends; the reader runs beside.
@@ -163,6 +167,9 @@ func (s *callStream) write(st grpc.BidiStreamingClient[callpb.CallFrame, callpb.
 		case <-s.ctx.Done():
 			return
 		}
+		// Let the callers already runnable (woken by the last replies)
+		// queue theirs first: they join this frame.
+		runtime.Gosched()
 		for {
 			s.mu.Lock()
 			if s.ended && !s.closeSend {
@@ -272,11 +279,11 @@ func (s *callStream) fail(err error, opened bool) {
 		delete(s.calls, seq)
 		switch {
 		case !p.sent || unimplemented:
-			p.ch <- streamResult{state: stateNotSent, err: err}
+			p.ch <- streamResult{state: stateNotSent, err: err, held: p.sent}
 		case s.unwrittenAfter(p.before):
-			p.ch <- streamResult{state: stateNotSent, err: err, unsent: true}
+			p.ch <- streamResult{state: stateNotSent, err: err, unsent: true, held: true}
 		default:
-			p.ch <- streamResult{state: stateUnknown, err: err}
+			p.ch <- streamResult{state: stateUnknown, err: err, held: true}
 		}
 	}
 	s.queue, s.cancels = nil, nil

@@ -78,6 +78,12 @@ func (m *methodCounter) counts(method string) (rpcs, frames int) {
 // handler, a service without Stream) and returns its address.
 func serveGRPC(t *testing.T, svc callpb.EntityServiceServer, opts ...grpc.ServerOption) string {
 	t.Helper()
+	return serveGRPCB(t, svc, opts...)
+}
+
+// serveGRPCB is serveGRPC for a test or a benchmark.
+func serveGRPCB(t testing.TB, svc callpb.EntityServiceServer, opts ...grpc.ServerOption) string {
+	t.Helper()
 	g := grpc.NewServer(opts...)
 	callpb.RegisterEntityServiceServer(g, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
