@@ -106,6 +106,7 @@ func (p *pool) get(addr string) (*poolConn, error) {
 		grpc.WithContextDialer(dial),
 		grpc.WithStatsHandler(sentTracker{}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.limit), grpc.MaxCallSendMsgSize(p.limit)),
+		grpc.WithInitialWindowSize(streamWindow(p.limit)), grpc.WithInitialConnWindowSize(connWindow(p.limit)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("messaging: connection to call address %q: %w", addr, err)
