@@ -492,8 +492,14 @@ func (c *Client) callStream(ctx context.Context, cl *call, owner routing.Owner, 
 			break
 		}
 		// The stream ended between the pick and the queueing: its slot
-		// is empty already, and the next pick opens another.
+		// is empty already, and the next pick opens another — unless it
+		// ended because the runner serves no Stream.
 		pc.release(s)
+		if pc.unary.Load() {
+			p.req.Request = nil
+			pendings.Put(p)
+			return c.callUnary(ctx, cl, owner, pc, req)
+		}
 	}
 	var r streamResult
 	select {

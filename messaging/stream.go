@@ -132,7 +132,9 @@ func (s *callStream) abandon(p *pending) streamResult {
 		s.mu.Unlock()
 		return streamResult{state: stateNotSent}
 	}
-	if !s.ended {
+	if !s.ended || s.closeSend {
+		// A draining stream still carries cancellations until its
+		// writer closes its side: the runner finishes what it started.
 		s.cancels = append(s.cancels, p.req.Seq)
 	}
 	s.mu.Unlock()
@@ -187,6 +189,7 @@ func (s *callStream) write(st grpc.BidiStreamingClient[callpb.CallFrame, callpb.
 			}
 			if n == 0 && len(s.cancels) == 0 {
 				closeSend := s.closeSend
+				s.closeSend = false // no more cancellations: the side is closed
 				s.mu.Unlock()
 				if closeSend {
 					st.CloseSend()
