@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,11 +124,8 @@ func (s *callStream) abandon(p *pending) streamResult {
 	}
 	delete(s.calls, p.req.Seq)
 	if !p.sent {
-		for i, q := range s.queue {
-			if q == p {
-				s.queue = append(s.queue[:i], s.queue[i+1:]...)
-				break
-			}
+		if i := slices.Index(s.queue, p); i >= 0 {
+			s.queue = slices.Delete(s.queue, i, i+1)
 		}
 		s.mu.Unlock()
 		return streamResult{state: stateNotSent}
