@@ -3,6 +3,7 @@ package messaging
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tenurehq/tenure/storage"
@@ -84,3 +85,18 @@ func (c Config) Validate() error {
 // envelope (names, trace context) around a payload at the limit, so that
 // the explicit, typed check decides, not gRPC's.
 func (c Config) wireLimit() int { return c.MaxMessageBytes + 64<<10 }
+
+// streamWindow and connWindow are the fixed HTTP/2 flow-control windows of
+// a call connection whose messages are bounded by wire (Config.wireLimit),
+// per stream and per connection: a frame of two messages at the limit in
+// flight per stream, four per connection. Fixed windows turn off grpc's
+// bandwidth estimator (BDP): its pings and window updates after each burst
+// of replies are writes on an idle connection, which would spoil the proof
+// that a request queued after the runner closed the connection was never
+// written (trackedConn: a write of grpc's own to the dead socket closes it
+// first), and cost frames per burst.
+func streamWindow(wire int) int32 { return clampWindow(2 * int64(wire)) }
+
+func connWindow(wire int) int32 { return clampWindow(4 * int64(wire)) }
+
+func clampWindow(n int64) int32 { return int32(min(n, math.MaxInt32)) }

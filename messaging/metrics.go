@@ -104,7 +104,7 @@ type serverMetrics struct {
 func newServerMetrics(r prometheus.Registerer) *serverMetrics {
 	m := &serverMetrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_call_server_requests_total",
-		Help: "Entity calls and sends this runner received, by outcome (ok, refused, application: the handler returned an application error, failed).",
+		Help: "Entity calls and sends this runner received, by outcome (ok, refused: including those read on a stream while stopping, answered not run; application: the handler returned an application error, failed).",
 	}, []string{"outcome"})}
 	m.requests = register(r, m.requests)
 	m.delivered = m.requests.WithLabelValues(serverDelivered)

@@ -39,6 +39,15 @@ type poolConn struct {
 	client   callpb.EntityServiceClient
 	lastUsed atomic.Int64  // unix nanoseconds
 	writes   atomic.Uint64 // the write sequence of its sockets (trackedConn)
+
+	// Calls go on Streams (callStream), streamsPerConn of them picked in
+	// turn; unary once the runner answered that it serves no Stream (a
+	// runner older than it), for as long as the connection lives.
+	streams []atomic.Pointer[callStream]
+	rr      atomic.Uint32
+	unary   atomic.Bool
+	mu      sync.Mutex // opening a stream, closing
+	closed  bool
 }
 
 func newPool(tlsConf *tls.Config, limit int, idle time.Duration) *pool {
@@ -78,7 +87,7 @@ func (p *pool) get(addr string) (*poolConn, error) {
 	if p.tls != nil {
 		creds = credentials.NewTLS(p.tls)
 	}
-	pc = &poolConn{}
+	pc = &poolConn{streams: make([]atomic.Pointer[callStream], streamsPerConn)}
 	wrap := p.wrap
 	// The dialer tracks each socket's writes (trackedConn), which tells a
 	// call queued on a connection its peer had already closed from one
@@ -97,6 +106,7 @@ func (p *pool) get(addr string) (*poolConn, error) {
 		grpc.WithContextDialer(dial),
 		grpc.WithStatsHandler(sentTracker{}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.limit), grpc.MaxCallSendMsgSize(p.limit)),
+		grpc.WithInitialWindowSize(streamWindow(p.limit)), grpc.WithInitialConnWindowSize(connWindow(p.limit)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("messaging: connection to call address %q: %w", addr, err)
@@ -115,7 +125,7 @@ func (p *pool) sweepLocked(now time.Time) {
 	p.lastSweep = now
 	for addr, pc := range p.conns {
 		if now.Sub(time.Unix(0, pc.lastUsed.Load())) > p.idle {
-			pc.cc.Close()
+			pc.close()
 			delete(p.conns, addr)
 		}
 	}
@@ -133,7 +143,7 @@ func (p *pool) close() {
 	defer p.mu.Unlock()
 	p.closed = true
 	for addr, pc := range p.conns {
-		pc.cc.Close()
+		pc.close()
 		delete(p.conns, addr)
 	}
 }

@@ -79,7 +79,7 @@ func (x Refusal_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Reason.Descriptor instead.
 func (Refusal_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{2, 0}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{6, 0}
 }
 
 // Code is the kind of failure.
@@ -190,7 +190,7 @@ func (x Failure_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Failure_Code.Descriptor instead.
 func (Failure_Code) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{3, 0}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{7, 0}
 }
 
 // Applied says whether the handler ran.
@@ -248,7 +248,250 @@ func (x Failure_Applied) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Failure_Applied.Descriptor instead.
 func (Failure_Applied) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{3, 1}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{7, 1}
+}
+
+// CallFrame is one message of a caller on Stream.
+type CallFrame struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Requests []*StreamRequest       `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// The sequence numbers of requests whose caller gave up: the receiver
+	// cancels their handlers' contexts (a request it has answered or not
+	// read yet is ignored).
+	Cancels       []uint64 `protobuf:"varint,2,rep,packed,name=cancels,proto3" json:"cancels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallFrame) Reset() {
+	*x = CallFrame{}
+	mi := &file_tenure_call_v1_call_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallFrame) ProtoMessage() {}
+
+func (x *CallFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_call_v1_call_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallFrame.ProtoReflect.Descriptor instead.
+func (*CallFrame) Descriptor() ([]byte, []int) {
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CallFrame) GetRequests() []*StreamRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *CallFrame) GetCancels() []uint64 {
+	if x != nil {
+		return x.Cancels
+	}
+	return nil
+}
+
+// StreamRequest is one call on Stream.
+type StreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the caller, unique on the stream; the reply carries it.
+	Seq     uint64       `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Request *CallRequest `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// The time the caller had left when it sent the request, in
+	// microseconds (rounded up); 0: none. A duration, not a time: the
+	// receiver's deadline is its own clock plus this, so that no clock skew
+	// moves it.
+	TimeoutMicros int64 `protobuf:"varint,3,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_tenure_call_v1_call_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_call_v1_call_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StreamRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetRequest() *CallRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetTimeoutMicros() int64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+// ReplyFrame is one message of a receiver on Stream.
+type ReplyFrame struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Replies []*StreamReply         `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	// Requests the receiver read and did not start because it is stopping:
+	// nothing of them happened, and the caller sends them again.
+	NotRun []uint64 `protobuf:"varint,2,rep,packed,name=not_run,json=notRun,proto3" json:"not_run,omitempty"`
+	// The receiver is stopping: it runs no request it reads from now on
+	// (it answers them in not_run). The caller sends nothing more on this
+	// stream, closes its side, and makes its next calls on a new stream.
+	// The receiver answers the requests it had started, then ends the
+	// stream.
+	Draining      bool `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplyFrame) Reset() {
+	*x = ReplyFrame{}
+	mi := &file_tenure_call_v1_call_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplyFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplyFrame) ProtoMessage() {}
+
+func (x *ReplyFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_call_v1_call_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplyFrame.ProtoReflect.Descriptor instead.
+func (*ReplyFrame) Descriptor() ([]byte, []int) {
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReplyFrame) GetReplies() []*StreamReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
+func (x *ReplyFrame) GetNotRun() []uint64 {
+	if x != nil {
+		return x.NotRun
+	}
+	return nil
+}
+
+func (x *ReplyFrame) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+// StreamReply is the answer to the request of sequence number seq.
+type StreamReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Reply         *CallReply             `protobuf:"bytes,2,opt,name=reply,proto3" json:"reply,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamReply) Reset() {
+	*x = StreamReply{}
+	mi := &file_tenure_call_v1_call_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamReply) ProtoMessage() {}
+
+func (x *StreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_call_v1_call_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
+func (*StreamReply) Descriptor() ([]byte, []int) {
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StreamReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamReply) GetReply() *CallReply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
 }
 
 // CallRequest addresses one entity and carries the caller's routing view.
@@ -278,7 +521,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tenure_call_v1_call_proto_msgTypes[0]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +533,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_call_v1_call_proto_msgTypes[0]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +546,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{0}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CallRequest) GetType() string {
@@ -379,7 +622,7 @@ type CallReply struct {
 
 func (x *CallReply) Reset() {
 	*x = CallReply{}
-	mi := &file_tenure_call_v1_call_proto_msgTypes[1]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +634,7 @@ func (x *CallReply) String() string {
 func (*CallReply) ProtoMessage() {}
 
 func (x *CallReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_call_v1_call_proto_msgTypes[1]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +647,7 @@ func (x *CallReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
 func (*CallReply) Descriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{1}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CallReply) GetOutcome() isCallReply_Outcome {
@@ -480,7 +723,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_tenure_call_v1_call_proto_msgTypes[2]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +735,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_call_v1_call_proto_msgTypes[2]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +748,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{2}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Refusal) GetReason() Refusal_Reason {
@@ -565,7 +808,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_tenure_call_v1_call_proto_msgTypes[3]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +820,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_call_v1_call_proto_msgTypes[3]
+	mi := &file_tenure_call_v1_call_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +833,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{3}
+	return file_tenure_call_v1_call_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Failure) GetCode() Failure_Code {
@@ -639,7 +882,22 @@ var File_tenure_call_v1_call_proto protoreflect.FileDescriptor
 
 const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\n" +
-	"\x19tenure/call/v1/call.proto\x12\x0etenure.call.v1\"\x98\x02\n" +
+	"\x19tenure/call/v1/call.proto\x12\x0etenure.call.v1\"`\n" +
+	"\tCallFrame\x129\n" +
+	"\brequests\x18\x01 \x03(\v2\x1d.tenure.call.v1.StreamRequestR\brequests\x12\x18\n" +
+	"\acancels\x18\x02 \x03(\x04R\acancels\"\x7f\n" +
+	"\rStreamRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x125\n" +
+	"\arequest\x18\x02 \x01(\v2\x1b.tenure.call.v1.CallRequestR\arequest\x12%\n" +
+	"\x0etimeout_micros\x18\x03 \x01(\x03R\rtimeoutMicros\"x\n" +
+	"\n" +
+	"ReplyFrame\x125\n" +
+	"\areplies\x18\x01 \x03(\v2\x1b.tenure.call.v1.StreamReplyR\areplies\x12\x17\n" +
+	"\anot_run\x18\x02 \x03(\x04R\x06notRun\x12\x1a\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\"P\n" +
+	"\vStreamReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
+	"\x05reply\x18\x02 \x01(\v2\x19.tenure.call.v1.CallReplyR\x05reply\"\x98\x02\n" +
 	"\vCallRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -700,9 +958,10 @@ const file_tenure_call_v1_call_proto_rawDesc = "" +
 	"\n" +
 	"APPLIED_NO\x10\x01\x12\x13\n" +
 	"\x0fAPPLIED_UNKNOWN\x10\x02\x12\x0f\n" +
-	"\vAPPLIED_YES\x10\x032O\n" +
+	"\vAPPLIED_YES\x10\x032\x94\x01\n" +
 	"\rEntityService\x12>\n" +
-	"\x04Call\x12\x1b.tenure.call.v1.CallRequest\x1a\x19.tenure.call.v1.CallReplyB=Z;github.com/tenurehq/tenure/messaging/internal/callpb;callpbb\x06proto3"
+	"\x04Call\x12\x1b.tenure.call.v1.CallRequest\x1a\x19.tenure.call.v1.CallReply\x12C\n" +
+	"\x06Stream\x12\x19.tenure.call.v1.CallFrame\x1a\x1a.tenure.call.v1.ReplyFrame(\x010\x01B=Z;github.com/tenurehq/tenure/messaging/internal/callpb;callpbb\x06proto3"
 
 var (
 	file_tenure_call_v1_call_proto_rawDescOnce sync.Once
@@ -717,31 +976,41 @@ func file_tenure_call_v1_call_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_call_v1_call_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_call_v1_call_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_tenure_call_v1_call_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_tenure_call_v1_call_proto_goTypes = []any{
-	(Refusal_Reason)(0),  // 0: tenure.call.v1.Refusal.Reason
-	(Failure_Code)(0),    // 1: tenure.call.v1.Failure.Code
-	(Failure_Applied)(0), // 2: tenure.call.v1.Failure.Applied
-	(*CallRequest)(nil),  // 3: tenure.call.v1.CallRequest
-	(*CallReply)(nil),    // 4: tenure.call.v1.CallReply
-	(*Refusal)(nil),      // 5: tenure.call.v1.Refusal
-	(*Failure)(nil),      // 6: tenure.call.v1.Failure
-	nil,                  // 7: tenure.call.v1.CallRequest.TraceEntry
+	(Refusal_Reason)(0),   // 0: tenure.call.v1.Refusal.Reason
+	(Failure_Code)(0),     // 1: tenure.call.v1.Failure.Code
+	(Failure_Applied)(0),  // 2: tenure.call.v1.Failure.Applied
+	(*CallFrame)(nil),     // 3: tenure.call.v1.CallFrame
+	(*StreamRequest)(nil), // 4: tenure.call.v1.StreamRequest
+	(*ReplyFrame)(nil),    // 5: tenure.call.v1.ReplyFrame
+	(*StreamReply)(nil),   // 6: tenure.call.v1.StreamReply
+	(*CallRequest)(nil),   // 7: tenure.call.v1.CallRequest
+	(*CallReply)(nil),     // 8: tenure.call.v1.CallReply
+	(*Refusal)(nil),       // 9: tenure.call.v1.Refusal
+	(*Failure)(nil),       // 10: tenure.call.v1.Failure
+	nil,                   // 11: tenure.call.v1.CallRequest.TraceEntry
 }
 var file_tenure_call_v1_call_proto_depIdxs = []int32{
-	7, // 0: tenure.call.v1.CallRequest.trace:type_name -> tenure.call.v1.CallRequest.TraceEntry
-	5, // 1: tenure.call.v1.CallReply.refusal:type_name -> tenure.call.v1.Refusal
-	6, // 2: tenure.call.v1.CallReply.failure:type_name -> tenure.call.v1.Failure
-	0, // 3: tenure.call.v1.Refusal.reason:type_name -> tenure.call.v1.Refusal.Reason
-	1, // 4: tenure.call.v1.Failure.code:type_name -> tenure.call.v1.Failure.Code
-	2, // 5: tenure.call.v1.Failure.applied:type_name -> tenure.call.v1.Failure.Applied
-	3, // 6: tenure.call.v1.EntityService.Call:input_type -> tenure.call.v1.CallRequest
-	4, // 7: tenure.call.v1.EntityService.Call:output_type -> tenure.call.v1.CallReply
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	4,  // 0: tenure.call.v1.CallFrame.requests:type_name -> tenure.call.v1.StreamRequest
+	7,  // 1: tenure.call.v1.StreamRequest.request:type_name -> tenure.call.v1.CallRequest
+	6,  // 2: tenure.call.v1.ReplyFrame.replies:type_name -> tenure.call.v1.StreamReply
+	8,  // 3: tenure.call.v1.StreamReply.reply:type_name -> tenure.call.v1.CallReply
+	11, // 4: tenure.call.v1.CallRequest.trace:type_name -> tenure.call.v1.CallRequest.TraceEntry
+	9,  // 5: tenure.call.v1.CallReply.refusal:type_name -> tenure.call.v1.Refusal
+	10, // 6: tenure.call.v1.CallReply.failure:type_name -> tenure.call.v1.Failure
+	0,  // 7: tenure.call.v1.Refusal.reason:type_name -> tenure.call.v1.Refusal.Reason
+	1,  // 8: tenure.call.v1.Failure.code:type_name -> tenure.call.v1.Failure.Code
+	2,  // 9: tenure.call.v1.Failure.applied:type_name -> tenure.call.v1.Failure.Applied
+	7,  // 10: tenure.call.v1.EntityService.Call:input_type -> tenure.call.v1.CallRequest
+	3,  // 11: tenure.call.v1.EntityService.Stream:input_type -> tenure.call.v1.CallFrame
+	8,  // 12: tenure.call.v1.EntityService.Call:output_type -> tenure.call.v1.CallReply
+	5,  // 13: tenure.call.v1.EntityService.Stream:output_type -> tenure.call.v1.ReplyFrame
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tenure_call_v1_call_proto_init() }
@@ -749,7 +1018,7 @@ func file_tenure_call_v1_call_proto_init() {
 	if File_tenure_call_v1_call_proto != nil {
 		return
 	}
-	file_tenure_call_v1_call_proto_msgTypes[1].OneofWrappers = []any{
+	file_tenure_call_v1_call_proto_msgTypes[5].OneofWrappers = []any{
 		(*CallReply_Payload)(nil),
 		(*CallReply_Refusal)(nil),
 		(*CallReply_Failure)(nil),
@@ -760,7 +1029,7 @@ func file_tenure_call_v1_call_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_call_v1_call_proto_rawDesc), len(file_tenure_call_v1_call_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

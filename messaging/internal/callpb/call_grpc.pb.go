@@ -23,7 +23,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EntityService_Call_FullMethodName = "/tenure.call.v1.EntityService/Call"
+	EntityService_Call_FullMethodName   = "/tenure.call.v1.EntityService/Call"
+	EntityService_Stream_FullMethodName = "/tenure.call.v1.EntityService/Stream"
 )
 
 // EntityServiceClient is the client API for EntityService service.
@@ -36,6 +37,14 @@ type EntityServiceClient interface {
 	// means the receiver decided (ran it, refused it, or failed it); an RPC
 	// error means the outcome is unknown unless it provably was not sent.
 	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallReply, error)
+	// Stream carries many calls on one long-lived stream: the caller sends
+	// frames of requests (and cancellations), the receiver frames of
+	// replies, each batching what was ready at once. Every request the
+	// receiver reads gets exactly one answer on the stream: a reply, or its
+	// sequence number in ReplyFrame.not_run. A receiver that does not serve
+	// Stream answers UNIMPLEMENTED without reading any; the caller then
+	// uses Call.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallFrame, ReplyFrame], error)
 }
 
 type entityServiceClient struct {
@@ -56,6 +65,19 @@ func (c *entityServiceClient) Call(ctx context.Context, in *CallRequest, opts ..
 	return out, nil
 }
 
+func (c *entityServiceClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallFrame, ReplyFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EntityService_ServiceDesc.Streams[0], EntityService_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallFrame, ReplyFrame]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EntityService_StreamClient = grpc.BidiStreamingClient[CallFrame, ReplyFrame]
+
 // EntityServiceServer is the server API for EntityService service.
 // All implementations must embed UnimplementedEntityServiceServer
 // for forward compatibility.
@@ -66,6 +88,14 @@ type EntityServiceServer interface {
 	// means the receiver decided (ran it, refused it, or failed it); an RPC
 	// error means the outcome is unknown unless it provably was not sent.
 	Call(context.Context, *CallRequest) (*CallReply, error)
+	// Stream carries many calls on one long-lived stream: the caller sends
+	// frames of requests (and cancellations), the receiver frames of
+	// replies, each batching what was ready at once. Every request the
+	// receiver reads gets exactly one answer on the stream: a reply, or its
+	// sequence number in ReplyFrame.not_run. A receiver that does not serve
+	// Stream answers UNIMPLEMENTED without reading any; the caller then
+	// uses Call.
+	Stream(grpc.BidiStreamingServer[CallFrame, ReplyFrame]) error
 	mustEmbedUnimplementedEntityServiceServer()
 }
 
@@ -78,6 +108,9 @@ type UnimplementedEntityServiceServer struct{}
 
 func (UnimplementedEntityServiceServer) Call(context.Context, *CallRequest) (*CallReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Call not implemented")
+}
+func (UnimplementedEntityServiceServer) Stream(grpc.BidiStreamingServer[CallFrame, ReplyFrame]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedEntityServiceServer) mustEmbedUnimplementedEntityServiceServer() {}
 func (UnimplementedEntityServiceServer) testEmbeddedByValue()                       {}
@@ -118,6 +151,13 @@ func _EntityService_Call_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EntityService_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(EntityServiceServer).Stream(&grpc.GenericServerStream[CallFrame, ReplyFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EntityService_StreamServer = grpc.BidiStreamingServer[CallFrame, ReplyFrame]
+
 // EntityService_ServiceDesc is the grpc.ServiceDesc for EntityService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -130,6 +170,13 @@ var EntityService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _EntityService_Call_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _EntityService_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "tenure/call/v1/call.proto",
 }
