@@ -16,7 +16,6 @@ import (
 	"github.com/tenurehq/tenure/storage"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
@@ -40,6 +39,7 @@ type Client struct {
 	pool    *pool
 	metrics *clientMetrics
 	tracer  trace.Tracer
+	spans   spanMode
 	closed  atomic.Bool
 	// placed keeps the group of each hosted type PlaceType answered, for
 	// as long as the table's TypesGeneration stays: a call reads it
@@ -72,6 +72,7 @@ func NewClient(table *routing.Table, cfg Config, opts ...Option) (*Client, error
 	c.pool = newPool(c.opts.tls, cfg.wireLimit(), cfg.IdleConnTimeout)
 	c.metrics = newClientMetrics(c.opts.registry)
 	c.tracer = c.opts.tracer.Tracer(tracerName)
+	c.spans = spanModeOf(c.opts.tracer)
 	return c, nil
 }
 
@@ -139,11 +140,7 @@ func (c *Client) do(ctx context.Context, kind, typ, id, op string, body []byte) 
 	}
 	if err == nil {
 		var span trace.Span
-		ctx, span = c.tracer.Start(ctx, "tenure.call", trace.WithSpanKind(trace.SpanKindClient))
-		if sc := span.SpanContext(); sc.IsValid() {
-			cl.trace = make(map[string]string, 2)
-			propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(cl.trace))
-		}
+		ctx, span, cl.trace = c.startSpan(ctx)
 		reply, err = c.run(ctx, cl)
 		c.endSpan(span, cl, err)
 	}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenurehq/tenure/internal/tally"
+
 	"github.com/tenurehq/tenure/entity"
 )
 
@@ -31,13 +33,15 @@ const (
 )
 
 type clientMetrics struct {
-	calls    *prometheus.CounterVec
+	// calls and duration are striped (package tally): every call updates
+	// them, from every core at once.
+	calls    *tally.CounterVec
 	reroutes *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	duration *tally.HistogramVec
 	// The hot path's children, resolved once: a label lookup hashes the
 	// values on every call.
-	callOK, sendOK prometheus.Counter
-	local, remote  prometheus.Observer
+	callOK, sendOK *tally.Counter
+	local, remote  *tally.Histogram
 }
 
 // observe counts one finished call.
@@ -48,7 +52,7 @@ func (m *clientMetrics) observe(kind, outcome string, local bool, seconds float6
 	case outcome == outcomeOK && kind == kindSend:
 		m.sendOK.Inc()
 	default:
-		m.calls.WithLabelValues(kind, outcome).Inc()
+		m.calls.With(kind, outcome).Inc()
 	}
 	if local {
 		m.local.Observe(seconds)
@@ -59,7 +63,7 @@ func (m *clientMetrics) observe(kind, outcome string, local bool, seconds float6
 
 func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 	m := &clientMetrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+		calls: tally.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_calls_total",
 			Help: "Entity calls and sends made by this process, by kind (call, send) and how they ended (ok; application: the handler returned an application error; refused; unknown; timeout; error).",
 		}, []string{"kind", "outcome"}),
@@ -67,7 +71,7 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 			Name: "tenure_call_reroutes_total",
 			Help: "Attempts of entity calls routed again, by reason (a refusal's reason: not-owner, not-attached, shard-moving; not-sent; no-owner; unavailable: the owner could not activate the entity).",
 		}, []string{"reason"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: tally.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tenure_call_duration_seconds",
 			Help: "Duration of entity calls and sends as their caller saw it, by path (local: the caller's runner owns the entity; remote).",
 			// 50 µs to ~13 s, ×2 per bucket: a local call is tens of µs, a
@@ -82,35 +86,35 @@ func newClientMetrics(r prometheus.Registerer) *clientMetrics {
 	// alerts see the first one.
 	for _, kind := range []string{kindCall, kindSend} {
 		for _, o := range []string{outcomeOK, outcomeRefused, outcomeUnknown, outcomeTimeout, outcomeError, outcomeApplication} {
-			m.calls.WithLabelValues(kind, o)
+			m.calls.With(kind, o)
 		}
 	}
 	for _, reason := range []string{string(entity.RefusedNotOwner), string(entity.RefusedNotAttached), string(entity.RefusedShardMoving), rerouteNotSent, rerouteNoOwner, rerouteUnavailable} {
 		m.reroutes.WithLabelValues(reason)
 	}
-	m.callOK, m.sendOK = m.calls.WithLabelValues(kindCall, outcomeOK), m.calls.WithLabelValues(kindSend, outcomeOK)
-	m.local, m.remote = m.duration.WithLabelValues(pathLocal), m.duration.WithLabelValues(pathRemote)
+	m.callOK, m.sendOK = m.calls.With(kindCall, outcomeOK), m.calls.With(kindSend, outcomeOK)
+	m.local, m.remote = m.duration.With(pathLocal), m.duration.With(pathRemote)
 	return m
 }
 
 type serverMetrics struct {
-	requests *prometheus.CounterVec
-	// The outcomes' counters, resolved once: WithLabelValues hashes the
-	// label and takes the vector's read lock, which every call on every
-	// core would share.
-	delivered, refused, failed, application prometheus.Counter
+	requests *tally.CounterVec
+	// The outcomes' counters, resolved once (a label lookup hashes the
+	// values) and striped (package tally): every call on every core
+	// counts.
+	delivered, refused, failed, application *tally.Counter
 }
 
 func newServerMetrics(r prometheus.Registerer) *serverMetrics {
-	m := &serverMetrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+	m := &serverMetrics{requests: tally.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_call_server_requests_total",
 		Help: "Entity calls and sends this runner received, by outcome (ok, refused: including those read on a stream while stopping, answered not run; application: the handler returned an application error, failed).",
 	}, []string{"outcome"})}
 	m.requests = register(r, m.requests)
-	m.delivered = m.requests.WithLabelValues(serverDelivered)
-	m.refused = m.requests.WithLabelValues(serverRefused)
-	m.failed = m.requests.WithLabelValues(serverFailed)
-	m.application = m.requests.WithLabelValues(serverApplication)
+	m.delivered = m.requests.With(serverDelivered)
+	m.refused = m.requests.With(serverRefused)
+	m.failed = m.requests.With(serverFailed)
+	m.application = m.requests.With(serverApplication)
 	return m
 }
 
