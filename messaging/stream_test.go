@@ -426,14 +426,8 @@ func TestStreamFailRules(t *testing.T) {
 // open then fails, are not sent, and nothing is delivered.
 func TestStreamOpenFailsNotSent(t *testing.T) {
 	testenv.CheckLeaks(t)
-	var delivered atomic.Int64
-	addr := serveGRPC(t, newTestServer(t, deliverFunc(func(_ context.Context, d entity.Delivery) ([]byte, error) {
-		delivered.Add(1)
-		return d.Body, nil
-	})))
-	c := newTestClient(t)
-	g := &gate{open: make(chan struct{})}
-	c.pool.wrap = g.wrap
+	addr, delivered := serveCounting(t)
+	c, g := gatedClient(t)
 	owner := routing.Owner{RunnerID: "b", Addr: addr, Epoch: 5}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -470,14 +464,8 @@ func TestStreamOpenFailsNotSent(t *testing.T) {
 // its request is still queued takes it back: not sent, never delivered.
 func TestStreamCallerGivesUpWhileQueued(t *testing.T) {
 	testenv.CheckLeaks(t)
-	var delivered atomic.Int64
-	addr := serveGRPC(t, newTestServer(t, deliverFunc(func(_ context.Context, d entity.Delivery) ([]byte, error) {
-		delivered.Add(1)
-		return d.Body, nil
-	})))
-	c := newTestClient(t)
-	g := &gate{open: make(chan struct{})}
-	c.pool.wrap = g.wrap
+	addr, delivered := serveCounting(t)
+	c, g := gatedClient(t)
 	owner := routing.Owner{RunnerID: "b", Addr: addr, Epoch: 5}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -752,4 +740,22 @@ func TestStreamNotRunIsNotSent(t *testing.T) {
 	if n := d.streams.Load(); n != 2 {
 		t.Fatalf("%d streams, want 2", n)
 	}
+}
+
+// serveCounting serves an echo that counts its deliveries.
+func serveCounting(t *testing.T) (addr string, delivered *atomic.Int64) {
+	delivered = new(atomic.Int64)
+	addr = serveGRPC(t, newTestServer(t, deliverFunc(func(_ context.Context, d entity.Delivery) ([]byte, error) {
+		delivered.Add(1)
+		return d.Body, nil
+	})))
+	return addr, delivered
+}
+
+// gatedClient is a test client whose sockets write only once g opens.
+func gatedClient(t *testing.T) (*Client, *gate) {
+	c := newTestClient(t)
+	g := &gate{open: make(chan struct{})}
+	c.pool.wrap = g.wrap
+	return c, g
 }

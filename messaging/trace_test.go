@@ -25,16 +25,8 @@ func TestSpanPairSharesTrace(t *testing.T) {
 	if _, err := c.Call(ctxT(t), "echo", "e1", nil); err != nil {
 		t.Fatal(err)
 	}
-	var client, server *tracetest.SpanStub
 	spans := exp.GetSpans()
-	for i := range spans {
-		switch spans[i].SpanKind {
-		case trace.SpanKindClient:
-			client = &spans[i]
-		case trace.SpanKindServer:
-			server = &spans[i]
-		}
-	}
+	client, server := clientServer(spans)
 	if client == nil || server == nil {
 		t.Fatalf("spans %+v: want a client and a server span", spans)
 	}
@@ -89,8 +81,16 @@ func TestGlobalProviderSpans(t *testing.T) {
 	if _, err := c.Call(ctx, "echo", "e1", nil); err != nil {
 		t.Fatal(err)
 	}
-	var client, server *tracetest.SpanStub
 	spans = exp.GetSpans()
+	client, server := clientServer(spans)
+	if client == nil || server == nil || server.Parent.SpanID() != client.SpanContext.SpanID() || client.Parent.SpanID() != caller.SpanID() {
+		t.Fatalf("with an SDK installed: spans %+v: want a client span under the caller's and the server span under it", spans)
+	}
+}
+
+// clientServer returns the client span and the server span of spans (nil
+// for one it lacks).
+func clientServer(spans tracetest.SpanStubs) (client, server *tracetest.SpanStub) {
 	for i := range spans {
 		switch spans[i].SpanKind {
 		case trace.SpanKindClient:
@@ -99,7 +99,5 @@ func TestGlobalProviderSpans(t *testing.T) {
 			server = &spans[i]
 		}
 	}
-	if client == nil || server == nil || server.Parent.SpanID() != client.SpanContext.SpanID() || client.Parent.SpanID() != caller.SpanID() {
-		t.Fatalf("with an SDK installed: spans %+v: want a client span under the caller's and the server span under it", spans)
-	}
+	return client, server
 }
