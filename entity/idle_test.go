@@ -29,17 +29,32 @@ type listClock struct {
 }
 
 type listLog struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	mu   sync.Mutex
+	at   map[string][]time.Time
+	done map[string]int // listings answered, by prefix
 }
 
 func (l *listClock) List(ctx context.Context, prefix string, opts storage.ListOptions) (storage.ListPage, error) {
-	if strings.HasPrefix(prefix, task.ReadyPrefix) {
+	ready := strings.HasPrefix(prefix, task.ReadyPrefix)
+	if ready {
 		l.log.mu.Lock()
 		l.log.at[prefix] = append(l.log.at[prefix], time.Now())
 		l.log.mu.Unlock()
 	}
-	return l.ObjectStore.List(ctx, prefix, opts)
+	page, err := l.ObjectStore.List(ctx, prefix, opts)
+	if ready {
+		l.log.mu.Lock()
+		l.log.done[prefix]++
+		l.log.mu.Unlock()
+	}
+	return page, err
+}
+
+// answered returns how many listings of shard have been answered.
+func (l *listLog) answered(shard storage.ShardID) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done[task.PointerPrefix(shard)]
 }
 
 // of returns the listing times of shard so far.
@@ -57,7 +72,7 @@ func idleEnv(t *testing.T, shards int) (*env, *listLog) {
 	e.ecfg.ReconcileInterval = time.Second
 	e.ecfg.ReconcileMaxInterval = 4 * time.Second
 	e.ecfg.TaskRetention = 0
-	log := &listLog{at: map[string][]time.Time{}}
+	log := &listLog{at: map[string][]time.Time{}, done: map[string]int{}}
 	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore { return &listClock{ObjectStore: s, log: log} }
 	return e, log
 }
@@ -264,6 +279,10 @@ func TestLeftAlonePointerLetsShardBackOff(t *testing.T) {
 	shard := storage.ShardID{Group: storage.DefaultGroup, Index: 0}
 	n := e.start("idler", e.standard)
 	e.waitOwned(10 * time.Second)
+	// The acquisition's listing comes first: it finds every pointer and
+	// counts none as lost (a new owner heard no wake-up for them), so a
+	// task it already saw would never be counted.
+	testenv.WaitFor(t, "the acquisition's listing", 10*time.Second, func() bool { return log.answered(shard) >= 1 })
 	client, err := task.NewClient(e.tasks, task.ClientConfig{Shards: 1, Waker: &dropWaker{}, Logger: e.logs.logger("client")})
 	if err != nil {
 		t.Fatal(err)
