@@ -81,3 +81,33 @@ func (m *Machine) issuedNow() uint64 {
 	defer m.mu.Unlock()
 	return m.issued
 }
+
+// TestHoldAfterAPause: once Check has detached a paused runner, work not
+// bound to a decision (a claim made now is not enforced) is held in
+// enforce mode, and goes on in observe mode, where a detachment stops
+// nothing.
+func TestHoldAfterAPause(t *testing.T) {
+	for _, mode := range []Mode{ModeEnforce, ModeObserve} {
+		clk := &pausedClock{now: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+		cfg := DefaultConfig(ttl)
+		cfg.Mode = mode
+		m := newMachine(t, cfg, WithClock(clk))
+		attachNow(t, m, 1)
+		if m.Enforcement().Hold {
+			t.Fatalf("%s: held while attached", mode)
+		}
+		clk.advance(ttl) // paused past the lease; no timer ran
+		m.Check()
+		got := m.Enforcement()
+		if got.Enforced {
+			t.Fatalf("%s: still enforcing after Check detached", mode)
+		}
+		if want := mode == ModeEnforce; got.Hold != want {
+			t.Fatalf("%s: Hold = %v after the detachment, want %v", mode, got.Hold, want)
+		}
+		if got.Ctx == nil || got.Ctx.Err() == nil {
+			t.Fatalf("%s: the decision context is live after the detachment", mode)
+		}
+		m.Close()
+	}
+}

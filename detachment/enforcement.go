@@ -26,6 +26,13 @@ type Enforcement struct {
 	// is live whenever Enforced is true. While the decision is detached it
 	// is the last decision context, already cancelled.
 	Ctx context.Context
+	// Hold reports that nothing may start now: mode enforce, and the
+	// runner detached. Work already bound to Ctx stops with it; work not
+	// bound to it (a claim made while detached is not enforced) must
+	// check Hold before it starts, since the shard's own context ends
+	// only when the sharding manager has handled the detachment, a moment
+	// later. In observe and off modes work goes on: Hold is false.
+	Hold bool
 }
 
 // Enforcement returns what work started now may promise (see Enforcement).
@@ -36,5 +43,6 @@ func (m *Machine) Enforcement() Enforcement {
 	return Enforcement{
 		Enforced: m.cfg.Mode == ModeEnforce && m.attached && m.dAttached,
 		Ctx:      m.dctx,
+		Hold:     m.cfg.Mode == ModeEnforce && !(m.attached && m.dAttached),
 	}
 }

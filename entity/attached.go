@@ -1,6 +1,13 @@
 package entity
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// errHeld is the error of work refused because its runner is detached in
+// enforce mode (detachment.Enforcement.Hold).
+var errHeld = errors.New("entity: the runner is detached: nothing starts until it attaches again")
 
 // checkKey carries, in a handler's context, the check of its runner's
 // attachment by the clock (see Attached).
@@ -36,9 +43,17 @@ func Attached(ctx context.Context) error {
 // context.AfterFunc, a moment later; the check reads it directly.
 func (r *shardRef) withAttachmentCheck(ctx, bound context.Context) context.Context {
 	return context.WithValue(ctx, checkKey{}, func() error {
-		r.enforcement()
+		e := r.enforcement()
 		if bound != nil && bound.Err() != nil {
 			return context.Cause(bound)
+		}
+		if e.Hold {
+			// Detached in enforce mode: work not bound to the decision
+			// (a claim made while detached) starts nothing either.
+			if e.Ctx != nil && e.Ctx.Err() != nil {
+				return context.Cause(e.Ctx)
+			}
+			return errHeld
 		}
 		return nil
 	})
