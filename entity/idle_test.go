@@ -256,8 +256,18 @@ func TestIdleS3RequestsMatchModel(t *testing.T) {
 			t.Errorf("%d %s in %s, want in [%d, %d]", c.n, c.what, elapsed, lo, hi)
 		}
 	}
-	if l := got.Requests[s3count.OpList]; l != int(r+s) {
-		t.Errorf("%d LIST on the wire, want one per reconciliation and sweep pass: %v", l, r+s)
+	// The wire, read from outside, holds the model's bounds for both
+	// kinds together. It matches the runner's own counts up to the
+	// listings in flight at the window's two edges, where the wire and the
+	// counters are read a moment apart (a reconciliation counts before
+	// its LIST, a sweep pass after): at most one per shard and kind at
+	// each edge.
+	l := got.Requests[s3count.OpList]
+	if l < 2*lo || l > 2*hi {
+		t.Errorf("%d LIST on the wire in %s, want in [%d, %d]", l, elapsed, 2*lo, 2*hi)
+	}
+	if d := l - int(r+s); d < -4*shards || d > 4*shards {
+		t.Errorf("%d LIST on the wire, want one per reconciliation and sweep pass (%v), give or take the %d that may be in flight at the window's edges", l, r+s, 4*shards)
 	}
 	for op, c := range got.Requests {
 		if op != s3count.OpList && op != s3count.OpHeadBucket && c > 0 {
