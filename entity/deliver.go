@@ -217,11 +217,12 @@ func (e *runnerStop) Unwrap() []error {
 
 // outcomeOf classifies a message's error for the outcome label.
 func outcomeOf(err error) string {
-	var ae *AppError
 	switch {
+	case err == nil:
+		return msgOK
 	case errors.Is(err, ErrRefused):
 		return msgRefused
-	case errors.As(err, &ae):
+	case isApp(err):
 		return msgApplication
 	case errors.Is(err, ErrInterrupted), errors.Is(err, ErrNotStarted),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -382,8 +383,7 @@ func (m *messenger) waitTurn(c *call) error {
 // before it hands the turn on, so that no reader's instance is stopped
 // under it. It reports whether the handler panicked.
 func (m *messenger) endRead(c *call, err error) (panicked bool) {
-	var p *PanicError
-	panicked = errors.As(err, &p)
+	panicked = isPanic(err)
 	box := c.box
 	m.s.mu.Lock()
 	if panicked || errors.Is(err, ErrStateFenced) {
@@ -476,9 +476,7 @@ func (m *messenger) runTurn(c *call, kind string) (reply []byte, err error) {
 		}
 	} else {
 		reply, err = handleMessage(c, ent, m.own.Shard)
-		var pe *PanicError
-		var ae *AppError
-		if err != nil && c.Err() != nil && !errors.As(err, &pe) && !errors.As(err, &ae) {
+		if err != nil && c.Err() != nil && !isPanic(err) && !isApp(err) {
 			err = interrupted(c, err)
 		}
 	}

@@ -56,3 +56,24 @@ var (
 	// handler did before it stopped stands: its outcome is unknown.
 	ErrInterrupted = errors.New("entity: handler interrupted")
 )
+
+// isPanic reports whether err is (or wraps) a handler's panic. Its target
+// is declared past the nil check: errors.As makes it escape, an
+// allocation on every message otherwise.
+func isPanic(err error) bool {
+	if err == nil {
+		return false
+	}
+	var p *PanicError
+	return errors.As(err, &p)
+}
+
+// isApp reports whether err is (or wraps) an application error; see
+// isPanic for why the nil check comes first.
+func isApp(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ae *AppError
+	return errors.As(err, &ae)
+}

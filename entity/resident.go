@@ -249,8 +249,7 @@ func (r *residency) instanceFor(box *mailbox, typ, id string) (Entity, *stateCor
 // panic (err) discards it, anything else marks it used. It reports whether
 // the handler panicked.
 func (r *residency) afterTurn(box *mailbox, err error) (panicked bool) {
-	var p *PanicError
-	if errors.As(err, &p) {
+	if isPanic(err) {
 		r.discard(box)
 		return true
 	}

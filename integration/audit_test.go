@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -234,6 +235,11 @@ func auditLag(t testing.TB, client *task.Client, execs []auditExec, locks *harne
 			t.Fatalf("audit: get %s: %v", ref, err)
 		case !tk.Status.IsTerminal():
 			rep.lost = append(rep.lost, fmt.Sprintf("%s %s attempt %d", ref, tk.Status, tk.Attempt))
+			if len(rep.lost) <= 3 {
+				// Enough of the first ones to tell a stuck shard from a
+				// stuck entity from a task waiting on its own schedule.
+				t.Logf("audit: not terminal: %s", lostDetail(tk))
+			}
 		}
 		if tk.HistoryDropped > 0 {
 			rep.truncatedHistories++
@@ -259,6 +265,27 @@ func auditLag(t testing.TB, client *task.Client, execs []auditExec, locks *harne
 		}
 	}
 	return rep
+}
+
+// lostDetail describes a task that is not terminal: its entity, when it
+// is due, its claim and its last events.
+func lostDetail(tk *task.Task) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s entity %q status %s attempt %d created %s available %s", tk.Ref(), tk.Entity, tk.Status, tk.Attempt,
+		tk.CreatedAt.Format("15:04:05.000"), tk.AvailableAt.Format("15:04:05.000"))
+	if c := tk.Claim; c != nil {
+		fmt.Fprintf(&b, " claim %s epoch %d enforced %v lease until %s", c.RunnerID, c.Epoch, c.Enforced, c.LeaseExpiresAt.Format("15:04:05.000"))
+	}
+	for _, h := range tk.History[max(0, len(tk.History)-4):] {
+		fmt.Fprintf(&b, "; %s %s", h.At.Format("15:04:05.000"), h.Event)
+		if h.Runner != "" {
+			fmt.Fprintf(&b, " by %s", h.Runner)
+		}
+		if h.Detail != "" {
+			fmt.Fprintf(&b, " (%s)", h.Detail)
+		}
+	}
+	return b.String()
 }
 
 // checkHistory reads a task's history: exactly one completed event for a

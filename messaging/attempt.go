@@ -38,17 +38,20 @@ func (c *Client) attemptLocal(ctx context.Context, cl *call, owner routing.Owner
 		Shard:   cl.shard,
 		Epoch:   owner.Epoch,
 	})
-	var r *entity.RefusedError
-	switch {
-	case errors.As(err, &r):
-		return nil, refused, r
-	case err != nil:
+	if err != nil {
+		// Only past the common case: errors.As makes its target escape,
+		// an allocation on every call otherwise.
+		var r *entity.RefusedError
+		if errors.As(err, &r) {
+			return nil, refused, r
+		}
 		ce := c.callError(cl, failureOf(ctx, cl.typ, err))
 		if ce.Code == callpb.Failure_CODE_UNAVAILABLE {
 			return nil, retried, ce
 		}
 		return nil, finished, ce
-	case len(out) > c.cfg.MaxMessageBytes:
+	}
+	if len(out) > c.cfg.MaxMessageBytes {
 		return nil, finished, c.callError(cl, failureOf(ctx, cl.typ, &TooLargeError{What: "reply", Size: len(out), Limit: c.cfg.MaxMessageBytes}))
 	}
 	return out, finished, nil

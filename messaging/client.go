@@ -214,10 +214,13 @@ func (c *Client) endSpan(span trace.Span, cl *call, err error) {
 }
 
 func outcomeOf(err error) string {
+	if err == nil {
+		// Before the error's target is declared: errors.As makes it
+		// escape, an allocation on every call otherwise.
+		return outcomeOK
+	}
 	var ae *entity.AppError
 	switch {
-	case err == nil:
-		return outcomeOK
 	case errors.As(err, &ae):
 		return outcomeApplication
 	case errors.Is(err, entity.ErrRefused):

@@ -39,6 +39,7 @@ type Server struct {
 	grpc    *grpc.Server
 	metrics *serverMetrics
 	tracer  trace.Tracer
+	spans   spanMode // whether serve starts spans (spans.go)
 
 	// stopping ends when Stop begins: Stream runs no request it reads
 	// from then on (see Stream).
@@ -59,6 +60,7 @@ func NewServer(d Deliverer, cfg Config, opts ...Option) (*Server, error) {
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newServerMetrics(s.opts.registry)
 	s.tracer = s.opts.tracer.Tracer(tracerName)
+	s.spans = spanModeOf(s.opts.tracer)
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.wireLimit()), grpc.MaxSendMsgSize(cfg.wireLimit()),
 		grpc.InitialWindowSize(streamWindow(cfg.wireLimit())), grpc.InitialConnWindowSize(connWindow(cfg.wireLimit())),
 		// A fixed pool of stream workers instead of a new goroutine per
@@ -116,7 +118,7 @@ func (s *Server) serve(ctx context.Context, req *callpb.CallRequest) *callpb.Cal
 	if len(req.Trace) > 0 {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(req.Trace))
 	}
-	ctx, span := s.tracer.Start(ctx, "tenure.call.serve", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := s.serverSpan(ctx)
 	defer span.End()
 	reply := s.call(ctx, req, span)
 	switch o := reply.Outcome.(type) {
@@ -158,6 +160,11 @@ func (s *Server) call(ctx context.Context, req *callpb.CallRequest, span trace.S
 		Shard:   shard,
 		Epoch:   req.Epoch,
 	})
+	if err == nil && len(out) <= s.cfg.MaxMessageBytes {
+		return &callpb.CallReply{Outcome: &callpb.CallReply_Payload{Payload: out}}
+	}
+	// Only past the common case: errors.As makes its target escape, an
+	// allocation on every call otherwise.
 	var refused *entity.RefusedError
 	switch {
 	case errors.As(err, &refused):

@@ -14,7 +14,7 @@ import (
 // Stream implements EntityService: many calls on one long-lived stream.
 // Each request read runs in a goroutine of its own, exactly as a Call
 // does (serve), under the stream's context bounded by the request's
-// timeout and cancelled by a cancellation frame; a writer goroutine
+// timeout and cancelled by a cancellation frame (reqCtx); a writer goroutine
 // batches the replies ready at once into one frame.
 //
 // Stop: the stream is told draining; every request read from then on is
@@ -30,7 +30,7 @@ func (s *Server) Stream(stream callpb.EntityService_StreamServer) error {
 		return err
 	}
 	ss := &serverStream{s: s, stream: stream, limit: s.cfg.wireLimit(), wake: make(chan struct{}, 1),
-		running: map[uint64]context.CancelFunc{}}
+		running: map[uint64]*reqCtx{}}
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -67,8 +67,8 @@ type serverStream struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	running  map[uint64]context.CancelFunc // by seq: the requests started
-	replies  []*callpb.StreamReply         // not yet handed to Send
+	running  map[uint64]*reqCtx    // by seq: the requests started
+	replies  []*callpb.StreamReply // not yet handed to Send
 	notRun   []uint64
 	draining bool // to send: the server is stopping
 	closing  bool // every answer is queued: the writer flushes and ends
@@ -103,33 +103,25 @@ func (ss *serverStream) frame(ctx context.Context, f *callpb.CallFrame) {
 			ss.signal()
 			continue
 		}
-		var (
-			rctx   context.Context
-			cancel context.CancelFunc
-		)
-		if r.TimeoutMicros > 0 {
-			rctx, cancel = context.WithTimeout(ctx, time.Duration(r.TimeoutMicros)*time.Microsecond)
-		} else {
-			rctx, cancel = context.WithCancel(ctx)
-		}
+		rctx := newReqCtx(ctx, time.Duration(r.TimeoutMicros)*time.Microsecond)
 		ss.mu.Lock()
-		ss.running[r.Seq] = cancel
+		ss.running[r.Seq] = rctx
 		ss.mu.Unlock()
 		ss.wg.Add(1)
-		go ss.run(rctx, cancel, r)
+		go ss.run(rctx, r)
 	}
 	for _, seq := range f.Cancels {
 		ss.mu.Lock()
-		cancel := ss.running[seq]
+		rctx := ss.running[seq]
 		ss.mu.Unlock()
-		if cancel != nil {
-			cancel()
+		if rctx != nil {
+			rctx.cancel()
 		}
 	}
 }
 
 // run serves one request and queues its reply.
-func (ss *serverStream) run(ctx context.Context, cancel context.CancelFunc, r *callpb.StreamRequest) {
+func (ss *serverStream) run(ctx *reqCtx, r *callpb.StreamRequest) {
 	defer ss.wg.Done()
 	var reply *callpb.CallReply
 	if r.Request == nil {
@@ -138,7 +130,7 @@ func (ss *serverStream) run(ctx context.Context, cancel context.CancelFunc, r *c
 	} else {
 		reply = ss.s.serve(ctx, r.Request)
 	}
-	cancel()
+	ctx.cancel()
 	ss.mu.Lock()
 	delete(ss.running, r.Seq)
 	ss.replies = append(ss.replies, &callpb.StreamReply{Seq: r.Seq, Reply: reply})

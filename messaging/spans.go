@@ -73,6 +73,25 @@ func (c *Client) startSpan(ctx context.Context) (context.Context, trace.Span, ma
 	return ctx, span, traceContext(ctx)
 }
 
+// serverSpan starts the owner's span (tenure.call.serve) under ctx, which
+// carries the caller's trace context, or does not where the server's
+// tracer provider can record nothing (see spanMode): the handler then
+// runs under ctx as it is, whose span context is the caller's, as under a
+// non-recording span's. It returns the span to annotate and end: when none
+// was started, a non-recording one of its own (never a span ctx may carry
+// from elsewhere), on which both do nothing.
+func (s *Server) serverSpan(ctx context.Context) (context.Context, trace.Span) {
+	switch s.spans {
+	case spansOff:
+		return ctx, trace.SpanFromContext(context.Background())
+	case spansIfGlobal:
+		if reflect.TypeOf(otel.GetTracerProvider()) == unsetGlobal {
+			return ctx, trace.SpanFromContext(context.Background())
+		}
+	}
+	return s.tracer.Start(ctx, "tenure.call.serve", trace.WithSpanKind(trace.SpanKindServer))
+}
+
 // traceContext is the W3C trace context of ctx's span, nil if it has none.
 func traceContext(ctx context.Context) map[string]string {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
