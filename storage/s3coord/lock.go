@@ -9,9 +9,15 @@ import (
 	"github.com/tenurehq/tenure/storage"
 )
 
+// acquireConcurrency bounds the shards one AcquireShards works on at once:
+// each costs two or three requests in a row, and a runner acquiring its
+// share of a cluster must not swamp the gateway that every runner's
+// renewals go through.
+const acquireConcurrency = 8
+
 // AcquireShards tries to lock every shard for the session's lease, each
 // shard on its own (conditional writes hold one object), with at most
-// readConcurrency shards in flight.
+// acquireConcurrency shards in flight.
 func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) ([]storage.AcquireResult, error) {
 	if err := ss.alive(); err != nil {
 		return nil, ss.s.opError("acquire", shardsPrefix, err)
@@ -42,7 +48,7 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 		return results, nil
 	}
 	base := ss.s.reserveRevs(st, len(todo))
-	parallel(len(todo), readConcurrency, func(n int) {
+	parallel(len(todo), acquireConcurrency, func(n int) {
 		i := todo[n]
 		results[i] = ss.acquireOne(ctx, results[i].Shard, base+int64(n))
 	})
