@@ -13,7 +13,7 @@ import (
 // each costs two or three requests in a row, and a runner acquiring its
 // share of a cluster must not swamp the gateway that every runner's
 // renewals go through.
-const acquireConcurrency = 8
+const acquireConcurrency = 4
 
 // AcquireShards tries to lock every shard for the session's lease, each
 // shard on its own (conditional writes hold one object), with at most
