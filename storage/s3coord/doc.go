@@ -87,8 +87,9 @@
 //
 // Watches poll, one poll loop per store and kind (membership, config,
 // wake-ups), shared by all its watchers: the interval is the minimum
-// (default 100ms) right after a change and doubles towards the maximum
-// (default 2s) while nothing changes; the membership poller also wakes
+// (default 100ms) right after a change and for five polls more (changes
+// come in bursts: a release, then an acquire), then doubles towards the
+// maximum (default 2s) while nothing changes; the membership poller also wakes
 // when the first live lease may lapse. A poll LISTs and GETs only objects
 // whose ETag changed. Changes made between two polls arrive as one batch
 // of their net effect, in revision order, runner changes before lock
@@ -110,6 +111,10 @@
 // the config poll 30 GETs/min; the wake poll, while a shard is watched,
 // 30 LISTs/min; and a clock refresh (HEAD) at most once a minute, when no
 // other response refreshed it. Under load each poller runs at up to 10
-// polls/s while changes keep coming, and each changed object costs one
-// GET per poller.
+// polls/s while changes keep coming (and for half a second after the
+// last), and each changed object costs one GET per poller.
+//
+// The membership poller also collects: it tombstones a lease lapsed for
+// more than a minute and deletes tombstones older than a minute, each with
+// a write conditional on the version it read.
 package s3coord

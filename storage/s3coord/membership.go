@@ -106,15 +106,23 @@ func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberStat
 	if err != nil {
 		return nil, s.opError("list membership", runnersPrefix, err)
 	}
-	runners, err := s.readPrefix(ctx, runnersPrefix)
+	// The two prefixes are read at once: a poll's latency is one listing's.
+	var runners, locks []entry
+	var lockErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if withLocks {
+			locks, lockErr = s.readPrefix(ctx, shardsPrefix)
+		}
+	}()
+	runners, err = s.readPrefix(ctx, runnersPrefix)
+	<-done
 	if err != nil {
 		return nil, err
 	}
-	var locks []entry
-	if withLocks {
-		if locks, err = s.readPrefix(ctx, shardsPrefix); err != nil {
-			return nil, err
-		}
+	if lockErr != nil {
+		return nil, lockErr
 	}
 	m := &memberState{st: st, runners: map[string]runnerView{}, locks: map[string]lockView{}, ended: map[string]int64{}, freed: map[string]int64{}}
 	maxRev := st.Now.UnixMicro()
