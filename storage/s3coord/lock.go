@@ -84,6 +84,17 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		ss.locksMu.Unlock()
 		return storage.AcquireResult{Shard: sh, Status: storage.Acquired, Epoch: epoch}
 	}
+	// A write that got no answer may have landed: it is resolved, once,
+	// by reading the lock again (ours, or still free to take), as a lost
+	// race is.
+	lostAnswer := false
+	reread := func(err error) bool {
+		if lostAnswer || !errors.Is(err, storage.ErrUnavailable) || ctx.Err() != nil {
+			return false
+		}
+		lostAnswer = true
+		return true
+	}
 	for attempt := range writeAttempts {
 		if err := ss.alive(); err != nil {
 			return fail(err) // a session that ended takes no lock
@@ -113,7 +124,7 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 			switch {
 			case err == nil:
 				return acquired(rev, rev, etag)
-			case errors.Is(err, storage.ErrPrecondition):
+			case errors.Is(err, storage.ErrPrecondition), reread(err):
 				continue
 			}
 			return fail(err)
@@ -148,7 +159,7 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		switch {
 		case err == nil:
 			return acquired(epoch, rev, etag)
-		case errors.Is(err, storage.ErrPrecondition):
+		case errors.Is(err, storage.ErrPrecondition), reread(err):
 			continue
 		}
 		return fail(err)
