@@ -464,3 +464,19 @@ func TestAcquireAnswerLost(t *testing.T) {
 		t.Fatalf("acquire failing twice: %+v, want failed, unavailable", r)
 	}
 }
+
+// TestRegisterAnswerLost: a registration whose write landed but was
+// answered 412 (an SDK retry losing to the first attempt) is recognised
+// by its own lease and renewal, not refused as a duplicate.
+func TestRegisterAnswerLost(t *testing.T) {
+	mem := memstore.New()
+	s := open(t, mem)
+	mem.Inject(memstore.Fault{Op: memstore.OpCreate, Key: "runners/r", When: memstore.AfterApply, Err: storage.ErrPrecondition, Times: 1})
+	ss := registerRunner(t, s, "r", time.Minute)
+	if _, err := ss.KeepAlive(ctxT(t)); err != nil {
+		t.Fatalf("renewal of the recognised registration: %v", err)
+	}
+	if _, err := s.Register(ctxT(t), storage.RunnerInfo{ID: "r", Weight: 1}, time.Minute); !errors.Is(err, storage.ErrRunnerExists) {
+		t.Fatalf("a second registration: %v, want ErrRunnerExists", err)
+	}
+}
