@@ -110,3 +110,28 @@ func TestOpenRunnerStoreBackend(t *testing.T) {
 		t.Errorf("CoordinationWhere = %q", got)
 	}
 }
+
+// TestEtcdRunnerRefusesS3Coordinated: a runner on etcd does not start in a
+// cluster whose bucket holds the S3 backend's meta (its runners would each
+// own every shard beside the S3 ones), and says which setting to change.
+func TestEtcdRunnerRefusesS3Coordinated(t *testing.T) {
+	c := newTestCluster(t)
+	cfg, _ := c.config("r1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	obj, err := NewObjectStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.Put(ctx, "coord/meta", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(ctx)
+	if !errors.Is(err, ErrOtherBackend) || !strings.Contains(err.Error(), "coordination: s3") || !strings.Contains(err.Error(), CoordPrefix(cfg)) {
+		t.Fatalf("Run on etcd with an S3 coordination meta in the bucket: %v, want ErrOtherBackend naming coordination: s3 and %s", err, CoordPrefix(cfg))
+	}
+}

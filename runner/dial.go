@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -189,4 +190,34 @@ func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 	}
 	return clientFiles(&tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}, "etcd.ca_file", c.CAFile,
 		"etcd.cert_file/key_file", c.CertFile, c.KeyFile)
+}
+
+// ErrOtherBackend reports a runner on etcd whose bucket holds the
+// cluster's coordination records on S3: runners of one cluster on both
+// backends would each see only their own kind, and both would own every
+// shard.
+var ErrOtherBackend = errors.New("runner: the cluster coordinates on the other backend")
+
+// checkBackend refuses to start a runner on etcd when the cluster's
+// bucket holds an S3 coordination meta (the first S3 runner writes it):
+// with one HEAD, it catches a runner started with the old setting during a
+// move to S3, or a config that lost its coordination key. The other way
+// round cannot be checked from S3 without etcd settings, which an S3
+// config need not have; the docs say to stop every runner before a move.
+func (r *Runner) checkBackend(ctx context.Context) error {
+	if !r.cfg.UsesEtcd() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.S3.RequestTimeout.Std())
+	defer cancel()
+	key := "coord/meta"
+	_, err := r.obj.Head(ctx, key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("runner %s: checking for coordination records on S3: %w", r.cfg.RunnerID, err)
+	}
+	return fmt.Errorf("runner %s: cluster %q: %w: coordination is etcd here, but the bucket holds %s%s, written by a runner with coordination: s3; runners on both would each own every shard. Set coordination: s3, or, to move the cluster back to etcd, stop every runner and delete the objects under %s",
+		r.cfg.RunnerID, r.cfg.Cluster, ErrOtherBackend, S3Prefix(r.cfg), key, CoordPrefix(r.cfg))
 }
