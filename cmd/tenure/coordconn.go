@@ -62,8 +62,8 @@ func (c *CLI) ConnectCoord(ctx context.Context, cfg runner.Config) (*CoordConn, 
 	}
 	meta, err := rs.Meta(ctx)
 	if errors.Is(err, storage.ErrNotFound) {
-		err = fmt.Errorf("%w: no cluster meta in %s (cluster %q): no runner has started it yet",
-			ErrNotInitialised, runner.CoordinationWhere(cfg), cfg.Cluster)
+		err = fmt.Errorf("%w: no meta at %smeta on %s (cluster %q): no runner has started it yet",
+			ErrNotInitialised, runner.CoordinationPrefix(cfg), runner.CoordinationWhere(cfg), cfg.Cluster)
 	}
 	if err != nil {
 		rs.Close()
