@@ -93,11 +93,17 @@ func TestDevS3Coordination(t *testing.T) {
 	d.stop(t)
 
 	// Stopped, the cluster's commands name the S3 endpoint that did not
-	// answer, not etcd, and suggest tenure dev.
+	// answer, not etcd, suggest tenure dev, and fail at once rather than
+	// after the S3 client's retries.
+	start := time.Now()
 	code, _, errOut := mainRun(t, nil, "--config", cfgPath, "status")
-	if code != 1 || !strings.Contains(errOut, addrs[2]) || strings.Contains(errOut, "etcd") ||
-		!strings.Contains(errOut, "is the local cluster running? start it with `tenure dev`") || strings.Count(errOut, "\n") != 1 {
+	elapsed := time.Since(start)
+	if code != 1 || !strings.Contains(errOut, "s3 dial at http://"+addrs[2]) || !strings.Contains(errOut, "connection refused (nothing listens there)") ||
+		strings.Contains(errOut, "etcd") || !strings.Contains(errOut, "is the local cluster running? start it with `tenure dev`") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("status with tenure dev --coordination s3 stopped: exit %d, stderr %q", code, errOut)
+	}
+	if elapsed > 3*time.Second {
+		t.Errorf("status with nothing at the S3 endpoint took %s: it waited out the S3 client's retries", elapsed)
 	}
 }
 
@@ -123,7 +129,7 @@ func TestCoordinationS3Config(t *testing.T) {
 	dead := write("dead.yaml", "coordination: s3\ns3:\n  bucket: b\n  endpoint: http://127.0.0.1:1\n  region: r\n  path_style: true\n  access_key: a\n  secret_key: s\n")
 	for _, args := range [][]string{{"status"}, {"task", "list"}} {
 		code, _, errOut := mainRun(t, nil, append([]string{"--config", dead}, args...)...)
-		if code != 1 || !strings.Contains(errOut, "http://127.0.0.1:1/b") || strings.Contains(errOut, "etcd") {
+		if code != 1 || !strings.Contains(errOut, "s3 dial at http://127.0.0.1:1/b") || !strings.Contains(errOut, "nothing listens there") || strings.Contains(errOut, "etcd") {
 			t.Errorf("tenure %v with coordination: s3 on a dead endpoint: exit %d, stderr %q; want one naming the S3 endpoint", args, code, errOut)
 		}
 	}
