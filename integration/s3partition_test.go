@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/s3coord"
+)
+
+// The partition test of coordination on S3: one runner of three loses its
+// S3 (a blackhole: its requests go unanswered) for two lease TTLs while
+// tasks run on every shard, and the others must take its shards over
+// without ever running a task or an entity twice at once.
+const (
+	s3PartShards = 16
+	s3PartHold   = 2 * soakTTL // how long the victim's S3 is blackholed
+	// s3PartMargin is the slack of the takeover bound over the lease TTL
+	// and the runners' longest poll: the lease's expiry is judged in S3
+	// time, which the gateway's Date header gives to the second (up to
+	// 1s), and the tombstone, the lock writes and the observer's own poll
+	// of the locks take the rest on a busy machine.
+	s3PartMargin = 2 * time.Second
+)
+
+// s3TakeoverBound is the backend's bound on a takeover, from the moment a
+// runner is cut off to the moment its shards are seen locked by others:
+// its lease, renewed at the latest just before the cut, lapses within the
+// TTL; the others notice the lapse on their next poll of the runners,
+// which is at most the longest poll interval away (the runner's default,
+// s3coord.DefaultMaxPollInterval); then the margin.
+const s3TakeoverBound = soakTTL + s3coord.DefaultMaxPollInterval + s3PartMargin
+
+// TestS3PartitionSingleOwner: three runners coordinating on S3, each
+// through its own S3 proxy, run tasks (some per entity) on every shard
+// through the recorder; one runner's S3 is blackholed for 2 TTLs. Judged
+// from outside: no two executions of a task or an entity overlap and none
+// ran outside its runner's lock (the audit against the test's own poll of
+// the locks); every execution of the victim ended before the first
+// execution of the new holders of its shards began; its shards were
+// re-owned by the others within s3TakeoverBound of the cut; after the
+// heal it holds shards again, and every accepted task completed exactly
+// once.
+func TestS3PartitionSingleOwner(t *testing.T) {
+	rec := newRecorder(t)
+	c := newS3Cluster(t, s3PartShards)
+	ids := []string{"p1", "p2", "p3"}
+	for _, id := range ids {
+		c.run(id, s3SoakFlags(rec)...)
+	}
+	c.waitAllOwned(ids, 60*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	locks := watchS3Locks(ctx, c)
+	client := c.taskClient()
+	book := newLedger(c.Meta.Shards)
+
+	// Load: a task every 50ms, 100–300ms each, three in four on one of
+	// 20 entities.
+	var wg sync.WaitGroup
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rnd := rand.New(rand.NewPCG(7, 8))
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+			req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 100+rnd.IntN(200))), MaxAttempts: 20}
+			if i%4 != 0 {
+				req.Entity = fmt.Sprintf("e%02d", rnd.IntN(20))
+			}
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(loadCtx), 10*time.Second)
+			if err := book.submit(sctx, client, req); err != nil {
+				t.Logf("submit (outcome unknown, resolved at the end): %v", err)
+			}
+			scancel()
+		}
+	}()
+
+	// Tasks ran on every shard, and the victim is running some now.
+	victim := c.runners.Get("p2")
+	others := []string{"p1", "p3"}
+	testenv.WaitFor(t, "executions on every shard, and on "+victim.id+" now", 60*time.Second, func() bool {
+		seen := map[storage.ShardID]bool{}
+		for _, x := range rec.All() {
+			seen[x.Shard] = true
+		}
+		return len(seen) == c.Meta.Shards && len(runningOn(rec, victim.id)) > 0
+	})
+	var held []storage.ShardID
+	for s, r := range c.owners() {
+		if r == victim.id {
+			held = append(held, s)
+		}
+	}
+	if len(held) == 0 {
+		t.Fatalf("%s holds no shard at the cut", victim.id)
+	}
+
+	victim.s3.set(s3Blackhole, 1)
+	cut := time.Now()
+	t.Logf("blackholed %s's S3 with %d tasks running on it, holding %d shards %v", victim.id, len(runningOn(rec, victim.id)), len(held), held)
+	movedAt, err := locks.Await(ctx, victim.id+"'s shards locked by the others", s3TakeoverBound+30*time.Second, func(h map[storage.ShardID]string) bool {
+		for _, s := range held {
+			if h[s] == "" || h[s] == victim.id {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	took := movedAt.Sub(cut)
+	t.Logf("%s's shards re-owned by %v %s after the cut (bound %s: TTL %s + poll %s + margin %s)",
+		victim.id, others, took.Round(time.Millisecond), s3TakeoverBound, soakTTL, s3coord.DefaultMaxPollInterval, s3PartMargin)
+	if took > s3TakeoverBound {
+		t.Errorf("%s's shards re-owned %s after the cut, past the bound %s", victim.id, took.Round(time.Millisecond), s3TakeoverBound)
+	}
+	// The partition's length, not synchronisation: the load runs on.
+	time.Sleep(time.Until(cut.Add(s3PartHold)))
+	victim.s3.set(s3Pass, 0)
+	healed := time.Now()
+	t.Logf("healed %s's S3 %s after the cut", victim.id, healed.Sub(cut).Round(time.Millisecond))
+	if victim.exited() {
+		t.Fatalf("%s exited during the partition", victim.id)
+	}
+	back, err := locks.Await(ctx, victim.id+" holding a shard again", 60*time.Second, func(h map[storage.ShardID]string) bool {
+		for _, r := range h {
+			if r == victim.id {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("rejoin: %v", err)
+	}
+	t.Logf("%s holds shards again %s after the heal", victim.id, back.Sub(healed).Round(time.Millisecond))
+	// Load a little past the rejoin, so that it runs tasks again.
+	testenv.WaitFor(t, victim.id+" running tasks again", 30*time.Second, func() bool {
+		for _, x := range rec.All() {
+			if x.Runner == victim.id && x.Start.After(back) {
+				return true
+			}
+		}
+		return false
+	})
+	stopLoad()
+	wg.Wait()
+
+	// The victim's executions (started before the heal) ended before any
+	// execution of its shards' new holders there began.
+	execs := rec.all()
+	wasHeld := map[storage.ShardID]bool{}
+	for _, s := range held {
+		wasHeld[s] = true
+	}
+	var lastVictim, firstNew auditExec
+	for _, x := range execs {
+		if !wasHeld[x.Shard] {
+			continue
+		}
+		switch {
+		case x.Runner == victim.id && x.Start.Before(healed):
+			if x.End.After(lastVictim.End) {
+				lastVictim = x
+			}
+		case x.Runner != victim.id && x.Start.After(cut):
+			if firstNew.Start.IsZero() || x.Start.Before(firstNew.Start) {
+				firstNew = x
+			}
+		}
+	}
+	switch {
+	case firstNew.Start.IsZero():
+		t.Errorf("no execution by the new holders of %s's shards after the cut", victim.id)
+	case !lastVictim.End.Before(firstNew.Start):
+		t.Errorf("%s's execution of %s on %s ended at %s, after %s started %s on %s at %s",
+			victim.id, lastVictim.TaskID, lastVictim.Shard, lastVictim.End.Format("15:04:05.000"),
+			firstNew.Runner, firstNew.TaskID, firstNew.Shard, firstNew.Start.Format("15:04:05.000"))
+	default:
+		t.Logf("%s's last execution on its shards ended %s after the cut; the new holders' first began %s after it (%s after the cut)",
+			victim.id, lastVictim.End.Sub(cut).Round(time.Millisecond), firstNew.Start.Sub(lastVictim.End).Round(time.Millisecond),
+			firstNew.Start.Sub(cut).Round(time.Millisecond))
+	}
+
+	// Every accepted task completed exactly once; nothing overlapped or
+	// ran outside its runner's lock.
+	if err := book.resolve(ctx, client, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	accepted, rejected := book.accepted()
+	if pending := waitTerminal(ctx, client, accepted, 2*time.Minute); len(pending) > 0 {
+		t.Logf("%d accepted tasks not terminal after 2 minutes, e.g. %v", len(pending), pending[:min(len(pending), 5)])
+	}
+	rep := audit(t, client, rec.all(), locks, accepted, rejected)
+	t.Logf("audit: %d accepted, %d executions (%d cancelled), %d completed, %d failed, %d overlaps, %d outside the lock (acquisition lag %s)",
+		len(accepted), rep.executions, rep.cancelled, rep.completed, rep.failed, len(rep.overlaps), len(rep.outsideLock), s3LockLag)
+	rep.check(t)
+	if rep.completed != len(accepted) {
+		t.Errorf("%d of %d accepted tasks completed", rep.completed, len(accepted))
+	}
+}
