@@ -30,12 +30,18 @@ const (
 )
 
 // s3LockLag is how far the observer's lock timeline may trail the truth:
-// one poll. A change made just after a listing's snapshot is seen by the
-// next listing, which starts at most s3LockPoll after that one returned
-// and returns within s3LockTimeout (one that fails is followed by a
-// re-listing, marked Resync, whose arrival the timeline does not judge):
-// the remainder of the listing under way (s3LockTimeout at most), the
-// interval, and the next listing.
+// one poll. A lock written just after a poll listed shards/ is seen by the
+// next poll, which begins s3LockPoll after that one ends: the observation
+// arrives at most the rest of the poll under way, the interval, and the
+// next poll after the write. A poll is a handful of requests (the server
+// time, a LIST and changed GETs of runners/, then of shards/), each
+// bounded by s3LockTimeout; on the idle gateway the test reaches directly
+// a whole poll takes a few tens of milliseconds, so s3LockTimeout stands
+// for each of the two polls. A poll that fails makes the next one a
+// re-listing (Resync), whose arrival the timeline does not judge. The
+// timeline gives this lag at the acquisition edge only (an execution must
+// begin no earlier than s3LockLag before its tenure was first seen); the
+// release edge and the overlap checks get none.
 const s3LockLag = s3LockTimeout + s3LockPoll + s3LockTimeout
 
 // newS3Cluster runs a cluster coordinating on S3: the shared VersityGW in
