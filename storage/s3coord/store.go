@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/tenurehq/tenure/storage"
 )
 
-// errNotImplemented is returned by the parts not yet built.
-var errNotImplemented = errors.New("s3coord: not implemented")
+// readConcurrency bounds the GETs one listing read (or a verify, or an
+// acquire) runs at once: enough to hide a round trip's latency, few enough
+// not to flood a gateway.
+const readConcurrency = 16
 
-// Store is a storage.RunnerStore on a storage.ObjectStore.
+// Store is a storage.RunnerStore on a storage.ObjectStore, coordinating
+// through conditional writes alone (see doc.go).
 type Store struct {
 	objects storage.ObjectStore
 	opts    options
@@ -21,7 +24,23 @@ type Store struct {
 	closeOnce sync.Once
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // background goroutines (pollers, watches)
+
+	revMu   sync.Mutex
+	lastRev int64 // the largest revision this store has written or reported
+
+	cacheMu sync.Mutex
+	cache   map[string]cachedObject // key → the body last read, by ETag
+
+	members *poller[*memberState]
+	config  *poller[configState]
+	wakes   *wakePoller
+}
+
+// cachedObject is a body read earlier, valid while the key's ETag is etag.
+type cachedObject struct {
+	etag string
+	body []byte
 }
 
 var _ storage.RunnerStore = (*Store)(nil)
@@ -40,7 +59,11 @@ func New(objects storage.ObjectStore, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Store{objects: objects, opts: o, ctx: ctx, cancel: cancel}, nil
+	s := &Store{objects: objects, opts: o, ctx: ctx, cancel: cancel, cache: map[string]cachedObject{}}
+	s.members = newPoller(s, "membership", s.readMembers, (*memberState).sameAs, (*memberState).due)
+	s.config = newPoller(s, "config", s.readConfigState, configState.sameAs, nil)
+	s.wakes = newWakePoller(s)
+	return s, nil
 }
 
 func (o options) validate() error {
@@ -51,7 +74,7 @@ func (o options) validate() error {
 	case o.requestTimeout <= 0:
 		return bad("request timeout", "must be positive")
 	case o.minPoll <= 0 || o.maxPoll < o.minPoll:
-		return bad("poll interval", fmt.Sprintf("min %s and max %s must be positive, min <= max", o.minPoll, o.maxPoll))
+		return bad("poll interval", fmt.Sprintf("min %s and max %s must be positive, min ≤ max", o.minPoll, o.maxPoll))
 	case o.logger == nil:
 		return bad("logger", "must not be nil")
 	case o.now == nil:
@@ -61,7 +84,8 @@ func (o options) validate() error {
 }
 
 // Close stops background work: watches end, and sessions end without
-// revoking their leases (as with Session.Orphan).
+// revoking their leases (as with Session.Orphan). It does not close the
+// object store.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
@@ -70,82 +94,195 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// withTimeout derives a call context bounded by the request timeout.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.requestTimeout)
+}
+
+// opError wraps err for operation op on key (relative to the object
+// store's prefix, which the object store's own error inside names in full).
 func (s *Store) opError(op, key string, err error) error {
+	var oe *storage.OpError
+	if errors.As(err, &oe) && oe.Backend == "s3coord" {
+		return err
+	}
 	return &storage.OpError{Backend: "s3coord", Op: op, Key: key, Endpoint: s.opts.endpoint, Err: err}
 }
 
-// EnsureMeta implements storage.ClusterMetaStore.
-func (s *Store) EnsureMeta(ctx context.Context, m storage.ClusterMeta) (storage.ClusterMeta, error) {
-	return storage.ClusterMeta{}, s.opError("ensure meta", "meta", errNotImplemented)
+func (s *Store) corrupt(key string, cause error) error {
+	return s.opError("decode", key, storage.Wrap(storage.ErrCorrupt, cause))
 }
 
-// Meta implements storage.ClusterMetaStore.
-func (s *Store) Meta(ctx context.Context) (storage.ClusterMeta, error) {
-	return storage.ClusterMeta{}, s.opError("meta", "meta", errNotImplemented)
+// serverTime reads the object store's clock, bounded by the request timeout.
+func (s *Store) serverTime(ctx context.Context) (storage.ServerTime, error) {
+	cctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	return s.objects.ServerTime(cctx)
 }
 
-// Register implements storage.Registrar.
-func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Duration) (storage.Session, error) {
-	return nil, s.opError("register", "runners/"+r.ID, errNotImplemented)
+// nextRev returns a revision for a write: above every revision this store
+// has seen and above floor (the previous version's), and at least the
+// store's clock in microseconds, so that writers on different machines
+// produce roughly ordered revisions too.
+func (s *Store) nextRev(st storage.ServerTime, floor int64) int64 {
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	s.lastRev = max(s.lastRev+1, floor+1, st.Now.UnixMicro())
+	return s.lastRev
 }
 
-// Runners implements storage.MembershipReader.
-func (s *Store) Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error) {
-	return nil, 0, s.opError("list runners", "runners/", errNotImplemented)
+// reserveRevs returns the first of n consecutive revisions for writes,
+// each as nextRev would give it.
+func (s *Store) reserveRevs(st storage.ServerTime, n int) int64 {
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	base := max(s.lastRev+1, st.Now.UnixMicro())
+	s.lastRev = base + int64(max(n-1, 0))
+	return base
 }
 
-// Membership implements storage.MembershipReader.
-func (s *Store) Membership(ctx context.Context) (storage.MembershipBatch, error) {
-	return storage.MembershipBatch{}, s.opError("membership", "runners/", errNotImplemented)
+// observeRev records rev as seen and returns the largest revision seen,
+// which a listing reports: never less than an earlier one.
+func (s *Store) observeRev(rev int64) int64 {
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	s.lastRev = max(s.lastRev, rev)
+	return s.lastRev
 }
 
-// WatchMembership implements storage.MembershipReader.
-func (s *Store) WatchMembership(ctx context.Context) <-chan storage.MembershipBatch {
-	ch := make(chan storage.MembershipBatch)
-	close(ch)
-	return ch
+// entry is one object of a prefix as read: its body, or why it could not
+// be read.
+type entry struct {
+	key  string
+	etag string
+	body []byte
 }
 
-// ShardLocks implements storage.ShardLockReader.
-func (s *Store) ShardLocks(ctx context.Context) ([]storage.ShardLock, int64, error) {
-	return nil, 0, s.opError("list shard locks", "shards/", errNotImplemented)
+// readPrefix lists prefix and returns every object's body, in key order.
+// Bodies whose ETag the listing shows unchanged come from the cache, so a
+// poll of an idle cluster costs one LIST. Objects that vanish between the
+// LIST and the GET are left out.
+func (s *Store) readPrefix(ctx context.Context, prefix string) ([]entry, error) {
+	var infos []storage.ObjectInfo
+	after := ""
+	for {
+		cctx, cancel := s.withTimeout(ctx)
+		page, err := s.objects.List(cctx, prefix, storage.ListOptions{StartAfter: after})
+		cancel()
+		if err != nil {
+			return nil, s.opError("list", prefix, err)
+		}
+		infos = append(infos, page.Objects...)
+		if !page.Truncated || len(page.Objects) == 0 {
+			break
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+	out := make([]entry, len(infos))
+	var todo []int
+	s.cacheMu.Lock()
+	for i, info := range infos {
+		out[i] = entry{key: info.Key, etag: info.ETag}
+		if c, ok := s.cache[info.Key]; ok && c.etag == info.ETag {
+			out[i].body = c.body
+			continue
+		}
+		todo = append(todo, i)
+	}
+	s.cacheMu.Unlock()
+	errs := make([]error, len(out))
+	gone := make([]bool, len(out))
+	parallel(len(todo), readConcurrency, func(n int) {
+		i := todo[n]
+		obj, err := s.get(ctx, out[i].key)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			gone[i] = true
+		case err != nil:
+			errs[i] = err
+		default:
+			out[i].etag, out[i].body = obj.ETag, obj.Body
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	kept := out[:0]
+	for i, e := range out {
+		if !gone[i] {
+			kept = append(kept, e)
+		}
+	}
+	s.cacheMu.Lock()
+	for k := range s.cache {
+		if strings.HasPrefix(k, prefix) {
+			delete(s.cache, k)
+		}
+	}
+	for _, e := range kept {
+		s.cache[e.key] = cachedObject{etag: e.etag, body: e.body}
+	}
+	s.cacheMu.Unlock()
+	return kept, nil
 }
 
-// WatchShardLocks implements storage.ShardLockReader.
-func (s *Store) WatchShardLocks(ctx context.Context) <-chan storage.LockEvent {
-	ch := make(chan storage.LockEvent)
-	close(ch)
-	return ch
+// get reads one object, bounded by the request timeout.
+func (s *Store) get(ctx context.Context, key string) (storage.Object, error) {
+	cctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	obj, err := s.objects.Get(cctx, key)
+	if err != nil {
+		return storage.Object{}, s.opError("get", key, err)
+	}
+	return obj, nil
 }
 
-// LeaseTimeToLive implements storage.LeaseReader.
-func (s *Store) LeaseTimeToLive(ctx context.Context, leaseID int64) (storage.LeaseTime, error) {
-	return storage.LeaseTime{}, s.opError("lease time-to-live", "runners/", errNotImplemented)
+// create, replace and put write one object, bounded by the request timeout.
+func (s *Store) create(ctx context.Context, op, key string, body []byte) (string, error) {
+	cctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	etag, err := s.objects.Create(cctx, key, body)
+	if err != nil {
+		return "", s.opError(op, key, err)
+	}
+	return etag, nil
 }
 
-// Config implements storage.DynamicConfig.
-func (s *Store) Config(ctx context.Context) (storage.ConfigValue, error) {
-	return storage.ConfigValue{}, s.opError("config", "config", errNotImplemented)
+func (s *Store) replace(ctx context.Context, op, key string, body []byte, ifMatch string) (string, error) {
+	cctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	etag, err := s.objects.Replace(cctx, key, body, ifMatch)
+	if err != nil {
+		return "", s.opError(op, key, err)
+	}
+	return etag, nil
 }
 
-// PutConfig implements storage.DynamicConfig.
-func (s *Store) PutConfig(ctx context.Context, value []byte, prevRevision int64) (int64, error) {
-	return 0, s.opError("put config", "config", errNotImplemented)
+func (s *Store) put(ctx context.Context, op, key string, body []byte) (string, error) {
+	cctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	etag, err := s.objects.Put(cctx, key, body)
+	if err != nil {
+		return "", s.opError(op, key, err)
+	}
+	return etag, nil
 }
 
-// WatchConfig implements storage.DynamicConfig.
-func (s *Store) WatchConfig(ctx context.Context) <-chan storage.ConfigEvent {
-	ch := make(chan storage.ConfigEvent)
-	close(ch)
-	return ch
-}
-
-// Wake implements storage.Waker.
-func (s *Store) Wake(ctx context.Context, shard storage.ShardID, note string) error {
-	return s.opError("wake", "wake/"+shard.String(), errNotImplemented)
-}
-
-// WatchWakes implements storage.WakeWatcher.
-func (s *Store) WatchWakes(ctx context.Context, shard storage.ShardID) (<-chan storage.WakeEvent, error) {
-	return nil, s.opError("watch wakes", "wake/"+shard.String(), errNotImplemented)
+// parallel calls f(0..n-1) with at most limit calls at once.
+func parallel(n, limit int, f func(i int)) {
+	if n == 0 {
+		return
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }

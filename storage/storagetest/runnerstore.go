@@ -42,7 +42,27 @@ type RunnerStoreHarness struct {
 	// is called.
 	Disconnect func(t *testing.T, s storage.RunnerStore) (heal func())
 	// Compact discards the backend's history up to its current revision.
+	// A backend that keeps no history (one that polls) does nothing.
 	Compact func(t *testing.T)
+
+	// WatchDelay is the backend's bound on how long after a change a
+	// watch delivers it, for backends whose watches poll: the longest poll
+	// interval in force right after a change, plus a read. Zero means the
+	// bound the suite holds etcd's pushed watches to (100ms).
+	WatchDelay time.Duration
+	// WatchCoalesces says that the backend's watches poll: changes made
+	// between two polls arrive as one batch of their net effect (in
+	// revision order), so a test that checks each change's event waits
+	// for it before making the next.
+	WatchCoalesces bool
+}
+
+// watchDelay returns h.WatchDelay, or etcd's bound when it is zero.
+func (h RunnerStoreHarness) watchDelay() time.Duration {
+	if h.WatchDelay > 0 {
+		return h.WatchDelay
+	}
+	return 100 * time.Millisecond
 }
 
 // TestRunnerStore runs the runner-store conformance suite.

@@ -1,0 +1,149 @@
+package s3coord
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tenurehq/tenure/storage"
+)
+
+// runnerRecord is the body of runners/<id>: a registration and its lease,
+// or, once the lease has been revoked or judged lapsed, a tombstone.
+type runnerRecord struct {
+	Rev       int64               `json:"rev"`
+	Runner    *storage.RunnerInfo `json:"runner,omitempty"` // nil in a tombstone
+	Lease     int64               `json:"lease"`
+	TTLMillis int64               `json:"ttl_ms"`
+	// Renewal counts the writes of one lease, so that every write's body
+	// (and so its ETag) differs, and a renewal whose answer was lost is
+	// recognised on a re-read.
+	Renewal   int64     `json:"renewal"`
+	Expires   time.Time `json:"expires"` // object-store time
+	Tombstone bool      `json:"tombstone,omitempty"`
+}
+
+func (r runnerRecord) ttl() time.Duration { return time.Duration(r.TTLMillis) * time.Millisecond }
+
+// lapsed reports whether the lease has certainly expired at st: the
+// earliest the store's clock can read is past expires.
+func (r runnerRecord) lapsed(st storage.ServerTime) bool { return st.Earliest().After(r.Expires) }
+
+// live reports whether the record is a registration whose lease has not
+// certainly lapsed at st.
+func (r runnerRecord) live(st storage.ServerTime) bool { return !r.Tombstone && !r.lapsed(st) }
+
+// lockRecord is the body of shards/<group>/<index>: held (Lease non-zero)
+// or free. A released lock stays, free, so that its epoch keeps growing.
+type lockRecord struct {
+	Rev        int64     `json:"rev"`
+	RunnerID   string    `json:"runner_id,omitempty"`
+	Lease      int64     `json:"lease,omitempty"`
+	AcquiredAt time.Time `json:"acquired_at,omitzero"`
+	Epoch      int64     `json:"epoch"`
+}
+
+func (l lockRecord) free() bool { return l.Lease == 0 }
+
+// configRecord is the body of config.
+type configRecord struct {
+	Rev   int64  `json:"rev"`
+	Value []byte `json:"value"`
+}
+
+// wakeRecord is the body of a wake object.
+type wakeRecord struct {
+	Note string `json:"note"`
+}
+
+// decodeRunner decodes runners/<id>. The key must match the record's id, so
+// that a record copied under another name cannot impersonate a runner.
+func decodeRunner(rel string, body []byte) (runnerRecord, error) {
+	var r runnerRecord
+	if err := json.Unmarshal(body, &r); err != nil {
+		return runnerRecord{}, err
+	}
+	if r.Lease <= 0 || r.Rev <= 0 {
+		return runnerRecord{}, fmt.Errorf("lease %d and rev %d must be positive", r.Lease, r.Rev)
+	}
+	if r.Tombstone {
+		r.Runner = nil
+		return r, nil
+	}
+	if r.Runner == nil {
+		return runnerRecord{}, fmt.Errorf("neither a registration nor a tombstone")
+	}
+	if runnerKey(r.Runner.ID) != rel {
+		return runnerRecord{}, fmt.Errorf("record id %q does not match its key", r.Runner.ID)
+	}
+	if err := validateRunner(*r.Runner); err != nil {
+		return runnerRecord{}, err
+	}
+	if r.TTLMillis <= 0 || r.Expires.IsZero() {
+		return runnerRecord{}, fmt.Errorf("ttl %dms and expires %v must be set", r.TTLMillis, r.Expires)
+	}
+	r.Runner.LeaseID = r.Lease
+	return r, nil
+}
+
+// decodeLock decodes shards/<group>/<index>.
+func decodeLock(body []byte) (lockRecord, error) {
+	var l lockRecord
+	if err := json.Unmarshal(body, &l); err != nil {
+		return lockRecord{}, err
+	}
+	switch {
+	case l.Epoch <= 0 || l.Rev <= 0:
+		return lockRecord{}, fmt.Errorf("epoch %d and rev %d must be positive", l.Epoch, l.Rev)
+	case l.Lease < 0, l.Lease > 0 && !validName.MatchString(l.RunnerID):
+		return lockRecord{}, fmt.Errorf("holder %q of lease %d is not a valid runner", l.RunnerID, l.Lease)
+	}
+	return l, nil
+}
+
+func decodeConfig(body []byte) (configRecord, error) {
+	var c configRecord
+	if err := json.Unmarshal(body, &c); err != nil {
+		return configRecord{}, err
+	}
+	if c.Rev <= 0 {
+		return configRecord{}, fmt.Errorf("rev %d must be positive", c.Rev)
+	}
+	return c, nil
+}
+
+func validateRunner(r storage.RunnerInfo) error {
+	if !validName.MatchString(r.ID) {
+		return fmt.Errorf("%w: runner id %q must match %s", storage.ErrInvalid, r.ID, validName)
+	}
+	if math.IsNaN(r.Weight) || math.IsInf(r.Weight, 0) || r.Weight < 0 {
+		return fmt.Errorf("%w: runner %s weight %v must be a finite number ≥ 0", storage.ErrInvalid, r.ID, r.Weight)
+	}
+	for _, g := range r.Groups {
+		if !validName.MatchString(g) {
+			return fmt.Errorf("%w: runner %s group %q must match %s", storage.ErrInvalid, r.ID, g, validName)
+		}
+	}
+	return nil
+}
+
+func validateMeta(m storage.ClusterMeta) error {
+	switch {
+	case m.Shards < 1:
+		return fmt.Errorf("%w: cluster meta shards %d must be at least 1", storage.ErrInvalid, m.Shards)
+	case len(m.Groups) == 0:
+		return fmt.Errorf("%w: cluster meta needs at least one group", storage.ErrInvalid)
+	case m.Hash == "":
+		return fmt.Errorf("%w: cluster meta hash must be named", storage.ErrInvalid)
+	case !slices.IsSorted(m.Groups) || len(slices.Compact(slices.Clone(m.Groups))) != len(m.Groups):
+		return fmt.Errorf("%w: cluster meta groups %q must be sorted and unique", storage.ErrInvalid, m.Groups)
+	}
+	for _, g := range m.Groups {
+		if !validName.MatchString(g) {
+			return fmt.Errorf("%w: cluster meta group %q must match %s", storage.ErrInvalid, g, validName)
+		}
+	}
+	return nil
+}
