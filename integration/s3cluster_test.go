@@ -81,7 +81,7 @@ func (c *cluster) s3Coord(opts ...s3coord.Option) *s3coord.Store {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	obj, err := runner.NewObjectStore(context.Background(), cfg, s3store.WithPrefix(runner.S3Prefix(cfg)+"coord/"))
+	obj, err := runner.NewObjectStore(context.Background(), cfg, s3store.WithPrefix(runner.CoordPrefix(cfg)))
 	if err != nil {
 		c.t.Fatal(err)
 	}

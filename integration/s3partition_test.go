@@ -62,8 +62,11 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 	client := c.taskClient()
 	book := newLedger(c.Meta.Shards)
 
-	// Load: a task every 50ms, 100–300ms each, three in four on one of
-	// 20 entities.
+	// Load: a task every 100ms; three in four on one of 20 entities, of
+	// 100–300ms, the others of 1.5–3s, so that the victim is running some
+	// when it is cut off and must stop them before its lease can lapse.
+	// (Thirty 2–4s tasks at once on 2 busy cores had every runner's lease
+	// renewals time out, and the leases lapse, again and again.)
 	var wg sync.WaitGroup
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
@@ -71,7 +74,7 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		rnd := rand.New(rand.NewPCG(7, 8))
-		tick := time.NewTicker(50 * time.Millisecond)
+		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {
 			select {
@@ -79,9 +82,10 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 100+rnd.IntN(200))), MaxAttempts: 20}
+			req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 1500+rnd.IntN(1500))), MaxAttempts: 20}
 			if i%4 != 0 {
 				req.Entity = fmt.Sprintf("e%02d", rnd.IntN(20))
+				req.Input = json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 100+rnd.IntN(200)))
 			}
 			sctx, scancel := context.WithTimeout(context.WithoutCancel(loadCtx), 10*time.Second)
 			if err := book.submit(sctx, client, req); err != nil {
@@ -91,15 +95,21 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 		}
 	}()
 
-	// Tasks ran on every shard, and the victim is running some now.
+	// Tasks ran on every shard, and the victim is running a long one now.
 	victim := c.runners.Get("p2")
 	others := []string{"p1", "p3"}
-	testenv.WaitFor(t, "executions on every shard, and on "+victim.id+" now", 60*time.Second, func() bool {
+	testenv.WaitFor(t, "executions on every shard, and a long one on "+victim.id+" now", 60*time.Second, func() bool {
 		seen := map[storage.ShardID]bool{}
 		for _, x := range rec.All() {
 			seen[x.Shard] = true
 		}
-		return len(seen) == c.Meta.Shards && len(runningOn(rec, victim.id)) > 0
+		long := 0
+		for _, x := range runningOn(rec, victim.id) {
+			if x.Entity == "" {
+				long++
+			}
+		}
+		return len(seen) == c.Meta.Shards && long >= 1
 	})
 	var held []storage.ShardID
 	for s, r := range c.owners() {
@@ -113,7 +123,8 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 
 	victim.s3.set(s3Blackhole, 1)
 	cut := time.Now()
-	t.Logf("blackholed %s's S3 with %d tasks running on it, holding %d shards %v", victim.id, len(runningOn(rec, victim.id)), len(held), held)
+	running := runningOn(rec, victim.id)
+	t.Logf("blackholed %s's S3 with %d tasks running on it, holding %d shards %v", victim.id, len(running), len(held), held)
 	movedAt, err := locks.Await(ctx, victim.id+"'s shards locked by the others", s3TakeoverBound+30*time.Second, func(h map[storage.ShardID]string) bool {
 		for _, s := range held {
 			if h[s] == "" || h[s] == victim.id {
@@ -162,6 +173,19 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 	})
 	stopLoad()
 	wg.Wait()
+	if len(running) == 0 {
+		t.Fatalf("no task ran on %s at the cut: the test proves nothing", victim.id)
+	}
+	stopped := 0
+	for _, x := range rec.all() {
+		for _, y := range running {
+			if x.TaskID == y.TaskID && x.Runner == y.Runner && x.Start.Equal(y.Start) && x.Cancelled() {
+				stopped++
+				t.Logf("%s stopped %s %s after the cut", victim.id, x.TaskID, x.End.Sub(cut).Round(time.Millisecond))
+			}
+		}
+	}
+	t.Logf("%d of the %d tasks running on %s at the cut were stopped by it, the others ended", stopped, len(running), victim.id)
 
 	// The victim's executions (started before the heal) ended before any
 	// execution of its shards' new holders there began.
@@ -177,7 +201,7 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 		}
 		switch {
 		case x.Runner == victim.id && x.Start.Before(healed):
-			if x.End.After(lastVictim.End) {
+			if lastVictim.End.IsZero() || x.End.After(lastVictim.End) {
 				lastVictim = x
 			}
 		case x.Runner != victim.id && x.Start.After(cut):

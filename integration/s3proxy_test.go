@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -70,6 +71,9 @@ func newS3Proxy(t testing.TB, target string) *s3Proxy {
 	}
 	p := &s3Proxy{ln: ln, target: u, rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)), healed: make(chan struct{})}
 	p.rp = httputil.NewSingleHostReverseProxy(u)
+	// Requests the runner gives up on are the faults' point: no log line
+	// for each.
+	p.rp.ErrorLog = log.New(io.Discard, "", 0)
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
 	go p.srv.Serve(ln)
 	t.Cleanup(func() { p.srv.Close() })
