@@ -43,11 +43,12 @@ func soakFaults(t testing.TB, sub *s3Proxy, coordination string) []fault {
 	if coordination == "s3" {
 		return s3SoakFaults(t, sub)
 	}
-	return etcdSoakFaults(t, sub)
+	return etcdSoakFaults(t, sub, soakTTL)
 }
 
-// etcdSoakFaults are the soak's faults on a cluster coordinating on etcd.
-func etcdSoakFaults(t testing.TB, sub *s3Proxy) []fault {
+// etcdSoakFaults are the soak's faults on a cluster coordinating on etcd,
+// whose runners' lease TTL is ttl.
+func etcdSoakFaults(t testing.TB, sub *s3Proxy, ttl time.Duration) []fault {
 	return []fault{
 		{"sigkill", onRunner, "SIGKILL the runner process, restart it (same id) after the hold", func(c *cluster, r *runnerProc) func() {
 			r.signal(t, syscall.SIGKILL)
@@ -57,11 +58,11 @@ func etcdSoakFaults(t testing.TB, sub *s3Proxy) []fault {
 		{"sigstop", onRunner, "SIGSTOP the runner process (a paused zombie) for longer than the lease TTL, then SIGCONT", func(c *cluster, r *runnerProc) func() {
 			r.signal(t, syscall.SIGSTOP)
 			return func() { r.signal(t, syscall.SIGCONT) }
-		}, soakTTL + time.Second},
+		}, ttl + time.Second},
 		{"etcd-blackhole", onRunner, "blackhole the runner's TCP connection to etcd (a partition; S3 still reachable) for 2 TTLs", func(c *cluster, r *runnerProc) func() {
 			r.proxy.SetMode(testenv.Blackhole)
 			return func() { r.proxy.SetMode(testenv.Pass) }
-		}, 2 * soakTTL},
+		}, 2 * ttl},
 		{"etcd-slow", onRunner, "delay every chunk between the runner and etcd by 300ms", func(c *cluster, r *runnerProc) func() {
 			r.proxy.SetDelay(300 * time.Millisecond)
 			return func() { r.proxy.SetDelay(0) }
@@ -120,7 +121,7 @@ func s3SoakFaults(t testing.TB, sub *s3Proxy) []fault {
 		"etcd-blackhole": {"s3-blackhole", onRunner, "blackhole the runner's S3 (connections accepted, nothing forwarded or answered; a partition) for 2 TTLs", func(c *cluster, r *runnerProc) func() {
 			r.s3.set(s3Blackhole, 1)
 			return func() { r.s3.set(s3Pass, 0) }
-		}, 2 * soakTTL},
+		}, 2 * s3SoakTTL},
 		"etcd-slow": {"s3-slow", onRunner, "delay every S3 request of the runner by 300ms", func(c *cluster, r *runnerProc) func() {
 			r.s3.setLag(300 * time.Millisecond)
 			return func() { r.s3.setLag(0) }
@@ -138,7 +139,7 @@ func s3SoakFaults(t testing.TB, sub *s3Proxy) []fault {
 		}, 3 * time.Second},
 	}
 	var out []fault
-	for _, f := range etcdSoakFaults(t, sub) {
+	for _, f := range etcdSoakFaults(t, sub, s3SoakTTL) {
 		if g, ok := replaced[f.name]; ok {
 			f = g
 		}

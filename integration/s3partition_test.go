@@ -21,7 +21,7 @@ import (
 // without ever running a task or an entity twice at once.
 const (
 	s3PartShards = 16
-	s3PartHold   = 2 * soakTTL // how long the victim's S3 is blackholed
+	s3PartHold   = 2 * s3SoakTTL // how long the victim's S3 is blackholed
 	// s3PartMargin is the slack of the takeover bound over the lease TTL
 	// and the runners' longest poll: the lease's expiry is judged in S3
 	// time, which the gateway's Date header gives to the second (up to
@@ -36,7 +36,7 @@ const (
 // TTL; the others notice the lapse on their next poll of the runners,
 // which is at most the longest poll interval away (the runner's default,
 // s3coord.DefaultMaxPollInterval); then the margin.
-const s3TakeoverBound = soakTTL + s3coord.DefaultMaxPollInterval + s3PartMargin
+const s3TakeoverBound = s3SoakTTL + s3coord.DefaultMaxPollInterval + s3PartMargin
 
 // TestS3PartitionSingleOwner: three runners coordinating on S3, each
 // through its own S3 proxy, run tasks (some per entity) on every shard
@@ -138,7 +138,7 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 	}
 	took := movedAt.Sub(cut)
 	t.Logf("%s's shards re-owned by %v %s after the cut (bound %s: TTL %s + poll %s + margin %s)",
-		victim.id, others, took.Round(time.Millisecond), s3TakeoverBound, soakTTL, s3coord.DefaultMaxPollInterval, s3PartMargin)
+		victim.id, others, took.Round(time.Millisecond), s3TakeoverBound, s3SoakTTL, s3coord.DefaultMaxPollInterval, s3PartMargin)
 	if took > s3TakeoverBound {
 		t.Errorf("%s's shards re-owned %s after the cut, past the bound %s", victim.id, took.Round(time.Millisecond), s3TakeoverBound)
 	}

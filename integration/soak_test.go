@@ -64,11 +64,18 @@ func soakFlags(rec *recorder) []string {
 		"--handler", "audit=http:"+rec.URL())
 }
 
+// s3SoakTTL is the runners' lease TTL on S3: twice soakTTL. A renewal is
+// an S3 conditional write, bounded by TTL/6; with a 3s TTL (500ms) on 2
+// busy cores, against the test process's gateway, renewals timed out
+// again and again with no fault injected, and every runner lost its lease
+// every few seconds (then ran almost no task).
+const s3SoakTTL = 2 * soakTTL
+
 // s3SoakFlags are soakFlags for runners coordinating on S3: no etcd
-// setting.
+// setting, and s3SoakTTL.
 func s3SoakFlags(rec *recorder) []string {
 	return append(append([]string{}, fastRunner...),
-		"--set", "lease.ttl="+soakTTL.String(), "--set", "s3.request_timeout=2s",
+		"--set", "lease.ttl="+s3SoakTTL.String(), "--set", "s3.request_timeout=2s",
 		"--set", "entity.reconcile_interval=5s", "--set", "log.level=warn",
 		"--handler", "audit=http:"+rec.URL())
 }
