@@ -227,6 +227,12 @@ func soak(tt *testing.T, cfg soakConfig) {
 	accepted, rejected := book.accepted()
 	if pending := waitTerminal(ctx, direct, accepted, 3*time.Minute); len(pending) > 0 {
 		t.Logf("%d accepted tasks not terminal after 3 minutes, e.g. %v", len(pending), pending[:min(len(pending), 5)])
+		// Say what each runner thinks it is doing: a runner attached and
+		// owning shards that runs nothing is told apart from one detached.
+		for _, id := range ids {
+			st, err := c.runners.Get(id).status()
+			t.Logf("%s: attached %v, registered %v, owned %d, assigned %d, pending %d (%v)", id, st.Attached, st.Registered, st.Owned, st.Assigned, st.Pending, err)
+		}
 	}
 	rep := audit(t, direct, rec.all(), locks, accepted, rejected)
 	lc := book.counts()
