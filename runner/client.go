@@ -101,15 +101,19 @@ func Connect(ctx context.Context, cfg Config, opts ...ClientOption) (*Client, er
 	if err != nil {
 		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
 	}
+	var sopts []s3store.Option
+	if o.registry != nil {
+		sopts = append(sopts, s3store.WithObserver(s3store.MetricsObserver(o.registry)))
+	}
 	rs, own := o.rs, false
 	if rs == nil {
-		rs, err = clientRunnerStore(ctx, cfg, o.etcd, s3c, log)
+		rs, err = clientRunnerStore(ctx, cfg, o.etcd, s3c, log, sopts...)
 		if err != nil {
 			return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
 		}
 		own = true
 	}
-	c, err := connect(ctx, cfg, o, log, rs, s3c)
+	c, err := connect(ctx, cfg, o, log, rs, s3c, sopts...)
 	if err != nil {
 		if own {
 			rs.Close()
@@ -123,18 +127,14 @@ func Connect(ctx context.Context, cfg Config, opts ...ClientOption) (*Client, er
 }
 
 // connect is Connect once the coordination store is open.
-func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger, rs storage.RunnerStore, s3c *awss3.Client) (*Client, error) {
+func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger, rs storage.RunnerStore, s3c *awss3.Client, sopts ...s3store.Option) (*Client, error) {
 	meta, err := rs.Meta(ctx)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no cluster meta in %s (cluster %q): no runner has started it yet",
-			ErrClusterNotFound, CoordinationWhere(cfg), cfg.Cluster)
+		return nil, fmt.Errorf("%w: no meta at %smeta on %s (cluster %q): no runner has started it yet",
+			ErrClusterNotFound, CoordinationPrefix(cfg), CoordinationWhere(cfg), cfg.Cluster)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
-	}
-	var sopts []s3store.Option
-	if o.registry != nil {
-		sopts = append(sopts, s3store.WithObserver(s3store.MetricsObserver(o.registry)))
 	}
 	obj, err := objectStore(s3c, cfg, sopts...)
 	if err != nil {
@@ -299,10 +299,10 @@ func (c *Client) Close() error {
 // clientRunnerStore returns the coordination store of a client: on etcd,
 // a store on cli when given (closing the store leaves cli open), else
 // dialed from cfg; on S3, a store through s3c, the client's own S3 client.
-func clientRunnerStore(ctx context.Context, cfg Config, cli *clientv3.Client, s3c *awss3.Client, log *slog.Logger) (storage.RunnerStore, error) {
+func clientRunnerStore(ctx context.Context, cfg Config, cli *clientv3.Client, s3c *awss3.Client, log *slog.Logger, sopts ...s3store.Option) (storage.RunnerStore, error) {
 	switch {
 	case !cfg.UsesEtcd():
-		return coordStore(s3c, cfg, log)
+		return coordStore(s3c, cfg, log, sopts...)
 	case cli == nil:
 		return DialEtcd(ctx, cfg, etcd.WithLogger(log))
 	}

@@ -90,8 +90,8 @@ func TestOpenRunnerStoreBackend(t *testing.T) {
 		t.Errorf("coordination s3 opened a %T, want *s3coord.Store", rs)
 	}
 	rs.Close()
-	if got, want := CoordinationWhere(cfg), "S3 bucket b at http://127.0.0.1:1 under tenure/default/coord/"; got != want {
-		t.Errorf("CoordinationWhere = %q, want %q", got, want)
+	if got, want := CoordinationWhere(cfg)+" "+CoordinationPrefix(cfg), "S3 bucket b at http://127.0.0.1:1 tenure/default/coord/"; got != want {
+		t.Errorf("CoordinationWhere, CoordinationPrefix = %q, want %q", got, want)
 	}
 
 	ecfg, err := Load(writeFile(t, minimal), nil, []string{"etcd.endpoints=" + testenv.SharedEtcd(t).Endpoint()})
@@ -106,7 +106,32 @@ func TestOpenRunnerStoreBackend(t *testing.T) {
 	if _, ok := ers.(*etcd.Store); !ok {
 		t.Errorf("coordination etcd opened a %T, want *etcd.Store", ers)
 	}
-	if got := CoordinationWhere(ecfg); !strings.HasPrefix(got, "etcd ") || !strings.HasSuffix(got, " under /tenure/default/") {
-		t.Errorf("CoordinationWhere = %q", got)
+	if got := CoordinationWhere(ecfg) + " " + CoordinationPrefix(ecfg); got != "etcd "+ecfg.Etcd.Endpoints[0]+" /tenure/default/" {
+		t.Errorf("CoordinationWhere, CoordinationPrefix = %q", got)
+	}
+}
+
+// TestEtcdRunnerRefusesS3Coordinated: a runner on etcd does not start in a
+// cluster whose bucket holds the S3 backend's meta (its runners would each
+// own every shard beside the S3 ones), and says which setting to change.
+func TestEtcdRunnerRefusesS3Coordinated(t *testing.T) {
+	c := newTestCluster(t)
+	cfg, _ := c.config("r1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	obj, err := NewObjectStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.Put(ctx, "coord/meta", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(ctx)
+	if !errors.Is(err, ErrOtherBackend) || !strings.Contains(err.Error(), "coordination: s3") || !strings.Contains(err.Error(), CoordPrefix(cfg)) {
+		t.Fatalf("Run on etcd with an S3 coordination meta in the bucket: %v, want ErrOtherBackend naming coordination: s3 and %s", err, CoordPrefix(cfg))
 	}
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -76,11 +77,11 @@ func (c Config) coordRequestTimeout() time.Duration {
 }
 
 // CoordinationWhere names where a cluster's coordination records live, for
-// messages: "etcd http://127.0.0.1:2379 under /tenure/default/", or "S3
-// bucket tenure at http://127.0.0.1:23900 under tenure/default/coord/".
+// messages: "etcd http://127.0.0.1:2379", or "S3 bucket tenure at
+// http://127.0.0.1:23900"; CoordinationPrefix is their prefix there.
 func CoordinationWhere(cfg Config) string {
 	if cfg.UsesEtcd() {
-		return fmt.Sprintf("etcd %s under %s", strings.Join(cfg.Etcd.Endpoints, ","), EtcdPrefix(cfg.Cluster))
+		return "etcd " + strings.Join(cfg.Etcd.Endpoints, ",")
 	}
 	at := cfg.S3.Endpoint
 	if at == "" {
@@ -89,7 +90,16 @@ func CoordinationWhere(cfg Config) string {
 			at += " " + cfg.S3.Region
 		}
 	}
-	return fmt.Sprintf("S3 bucket %s at %s under %s", cfg.S3.Bucket, at, CoordPrefix(cfg))
+	return fmt.Sprintf("S3 bucket %s at %s", cfg.S3.Bucket, at)
+}
+
+// CoordinationPrefix is the prefix of a cluster's coordination records:
+// EtcdPrefix on etcd, CoordPrefix on S3.
+func CoordinationPrefix(cfg Config) string {
+	if cfg.UsesEtcd() {
+		return EtcdPrefix(cfg.Cluster)
+	}
+	return CoordPrefix(cfg)
 }
 
 // CoordinationBackend names the configured coordination backend for
@@ -189,4 +199,34 @@ func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 	}
 	return clientFiles(&tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}, "etcd.ca_file", c.CAFile,
 		"etcd.cert_file/key_file", c.CertFile, c.KeyFile)
+}
+
+// ErrOtherBackend reports a runner on etcd whose bucket holds the
+// cluster's coordination records on S3: runners of one cluster on both
+// backends would each see only their own kind, and both would own every
+// shard.
+var ErrOtherBackend = errors.New("runner: the cluster coordinates on the other backend")
+
+// checkBackend refuses to start a runner on etcd when the cluster's
+// bucket holds an S3 coordination meta (the first S3 runner writes it):
+// with one HEAD, it catches a runner started with the old setting during a
+// move to S3, or a config that lost its coordination key. The other way
+// round cannot be checked from S3 without etcd settings, which an S3
+// config need not have; the docs say to stop every runner before a move.
+func (r *Runner) checkBackend(ctx context.Context) error {
+	if !r.cfg.UsesEtcd() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.S3.RequestTimeout.Std())
+	defer cancel()
+	key := "coord/meta"
+	_, err := r.obj.Head(ctx, key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("runner %s: checking for coordination records on S3: %w", r.cfg.RunnerID, err)
+	}
+	return fmt.Errorf("runner %s: cluster %q: %w: coordination is etcd here, but the bucket holds %s%s, written by a runner with coordination: s3; runners on both would each own every shard. Set coordination: s3, or, to move the cluster back to etcd, stop every runner and delete the objects under %s",
+		r.cfg.RunnerID, r.cfg.Cluster, ErrOtherBackend, S3Prefix(r.cfg), key, CoordPrefix(r.cfg))
 }

@@ -283,6 +283,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
+	if err := r.checkBackend(ctx); err != nil {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.coordRequestTimeout())
 	meta := storage.ClusterMeta{Shards: r.cfg.Shards, Groups: sortedGroups(r.cfg.ShardGroups), Hash: r.clusterProcedure(cctx)}
 	stored, err := r.rs.EnsureMeta(cctx, meta)

@@ -57,6 +57,12 @@ func (b *backend) add(ns string, o storage.ObjectStore) {
 	b.nss[ns] = o
 }
 
+func (b *backend) remove(ns string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.nss, ns)
+}
+
 func (b *backend) of(t *testing.T, ns string) storage.ObjectStore {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -304,6 +310,7 @@ func memHarness(t *testing.T) storagetest.RunnerStoreHarness {
 			ns := fmt.Sprintf("mem-%d", n)
 			mu.Unlock()
 			b.add(ns, memstore.New())
+			t.Cleanup(func() { b.remove(ns) })
 			return ns
 		},
 		Open: func(t *testing.T, ns string) storage.RunnerStore {
@@ -377,6 +384,7 @@ func s3Harness(t *testing.T) storagetest.RunnerStoreHarness {
 				t.Fatal(err)
 			}
 			b.add(bucket, o)
+			t.Cleanup(func() { b.remove(bucket) })
 			return bucket
 		},
 		Open: func(t *testing.T, ns string) storage.RunnerStore {
@@ -426,8 +434,14 @@ func s3Harness(t *testing.T) storagetest.RunnerStoreHarness {
 			return healAfterNoticed(t, c, func() { p.SetMode(testenv.Pass) })
 		},
 		Compact:        func(t *testing.T) {},
-		WatchDelay:     testWatchDelay,
+		WatchDelay:     testWatchDelay * raceSlowdown,
 		WatchCoalesces: true,
+		// The gateway's Date headers trail its clock by up to
+		// s3.DefaultDateResolution, so a fresh clock estimate is about
+		// that wide: a lease is judged lapsed up to that much past its
+		// TTL (its writer's latest reading plus the reader's earliest),
+		// on top of etcd's second.
+		LeaseSlack: time.Second + s3.DefaultDateResolution,
 	}
 }
 

@@ -55,6 +55,20 @@ type RunnerStoreHarness struct {
 	// revision order), so a test that checks each change's event waits
 	// for it before making the next.
 	WatchCoalesces bool
+	// LeaseSlack is how far past its TTL the backend may take to end a
+	// lease nobody renewed, and so how far past the TTL LeaseTimeToLive
+	// may bound the time left. Zero means etcd's: one second, for the
+	// whole seconds it counts in. A backend that judges expiry on an
+	// estimated clock states its estimate's width here.
+	LeaseSlack time.Duration
+}
+
+// leaseSlack returns h.LeaseSlack, or etcd's one second when it is zero.
+func (h RunnerStoreHarness) leaseSlack() time.Duration {
+	if h.LeaseSlack > 0 {
+		return h.LeaseSlack
+	}
+	return time.Second
 }
 
 // watchDelay returns h.WatchDelay, or etcd's bound when it is zero.
