@@ -22,21 +22,25 @@ import (
 const (
 	s3PartShards = 16
 	s3PartHold   = 2 * s3SoakTTL // how long the victim's S3 is blackholed
-	// s3PartMargin is the slack of the takeover bound over the lease TTL
-	// and the runners' longest poll: the lease's expiry is judged in S3
-	// time, which the gateway's Date header gives to the second (up to
-	// 1s), and the tombstone, the lock writes and the observer's own poll
-	// of the locks take the rest on a busy machine.
-	s3PartMargin = 2 * time.Second
+	// s3ClockSlack is what the store clock's resolution adds to a lease:
+	// S3 gives its time in the Date header, to the second, so a renewal
+	// sets the expiry from the latest the store's time can be (up to 1s
+	// late), and a lease is judged lapsed only once the earliest the store's
+	// time can be is past it (up to 1s more); see storage/s3coord's doc.
+	s3ClockSlack = 2 * time.Second
+	// s3PartMargin is for the rest: the tombstone and lock writes, and the
+	// observer's own poll of the locks, on a busy machine.
+	s3PartMargin = time.Second
 )
 
 // s3TakeoverBound is the backend's bound on a takeover, from the moment a
 // runner is cut off to the moment its shards are seen locked by others:
 // its lease, renewed at the latest just before the cut, lapses within the
-// TTL; the others notice the lapse on their next poll of the runners,
-// which is at most the longest poll interval away (the runner's default,
-// s3coord.DefaultMaxPollInterval); then the margin.
-const s3TakeoverBound = s3SoakTTL + s3coord.DefaultMaxPollInterval + s3PartMargin
+// TTL plus the clock slack; the others' membership poll wakes when the
+// first lease may lapse, and polls at most the longest poll interval
+// apart otherwise (the runner's default, s3coord.DefaultMaxPollInterval,
+// counted in full: a poll may fail); then the margin.
+const s3TakeoverBound = s3SoakTTL + s3ClockSlack + s3coord.DefaultMaxPollInterval + s3PartMargin
 
 // TestS3PartitionSingleOwner: three runners coordinating on S3, each
 // through its own S3 proxy, run tasks (some per entity) on every shard
@@ -137,8 +141,8 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 		t.Fatalf("takeover: %v", err)
 	}
 	took := movedAt.Sub(cut)
-	t.Logf("%s's shards re-owned by %v %s after the cut (bound %s: TTL %s + poll %s + margin %s)",
-		victim.id, others, took.Round(time.Millisecond), s3TakeoverBound, s3SoakTTL, s3coord.DefaultMaxPollInterval, s3PartMargin)
+	t.Logf("%s's shards re-owned by %v %s after the cut (bound %s: TTL %s + clock slack %s + poll %s + margin %s)",
+		victim.id, others, took.Round(time.Millisecond), s3TakeoverBound, s3SoakTTL, s3ClockSlack, s3coord.DefaultMaxPollInterval, s3PartMargin)
 	if took > s3TakeoverBound {
 		t.Errorf("%s's shards re-owned %s after the cut, past the bound %s", victim.id, took.Round(time.Millisecond), s3TakeoverBound)
 	}
