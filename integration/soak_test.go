@@ -161,6 +161,21 @@ func soak(tt *testing.T, cfg soakConfig) {
 		ids = append(ids, id)
 		c.run(id, flags...)
 	}
+	// A runner that exits at start (its first request to the backend
+	// timed out on a busy machine) leaves the others owning every shard:
+	// start it again, or the soak runs short of a runner and its faults
+	// find a finished process.
+	for _, id := range ids {
+		r := c.runners.Get(id)
+		testenv.WaitFor(t, id+" registered, or exited", 60*time.Second, func() bool {
+			st, err := r.status()
+			return (err == nil && st.Registered) || r.exited()
+		})
+		if r.exited() {
+			t.Logf("%s exited at start; starting it again", id)
+			c.restartUntilUp(r)
+		}
+	}
 	c.waitAllOwned(ids, 60*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
