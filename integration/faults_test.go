@@ -21,7 +21,7 @@ type faultScope int
 
 const (
 	onRunner  faultScope = iota // one runner process or its connections
-	onCluster                   // the etcd cluster
+	onCluster                   // the coordination backend: the etcd cluster, or every runner's S3
 	onClient                    // the soak's submitter (its S3 proxy)
 )
 
@@ -36,9 +36,19 @@ type fault struct {
 	hold  time.Duration
 }
 
-// soakFaults are the kinds of fault the soak injects. sub is the
-// submitter's S3 proxy.
-func soakFaults(t testing.TB, sub *s3Proxy) []fault {
+// soakFaults are the kinds of fault the soak injects on the coordination
+// backend coordination names ("etcd" or "s3"). sub is the submitter's S3
+// proxy.
+func soakFaults(t testing.TB, sub *s3Proxy, coordination string) []fault {
+	if coordination == "s3" {
+		return s3SoakFaults(t, sub)
+	}
+	return etcdSoakFaults(t, sub, soakTTL)
+}
+
+// etcdSoakFaults are the soak's faults on a cluster coordinating on etcd,
+// whose runners' lease TTL is ttl.
+func etcdSoakFaults(t testing.TB, sub *s3Proxy, ttl time.Duration) []fault {
 	return []fault{
 		{"sigkill", onRunner, "SIGKILL the runner process, restart it (same id) after the hold", func(c *cluster, r *runnerProc) func() {
 			r.signal(t, syscall.SIGKILL)
@@ -48,11 +58,11 @@ func soakFaults(t testing.TB, sub *s3Proxy) []fault {
 		{"sigstop", onRunner, "SIGSTOP the runner process (a paused zombie) for longer than the lease TTL, then SIGCONT", func(c *cluster, r *runnerProc) func() {
 			r.signal(t, syscall.SIGSTOP)
 			return func() { r.signal(t, syscall.SIGCONT) }
-		}, soakTTL + time.Second},
+		}, ttl + time.Second},
 		{"etcd-blackhole", onRunner, "blackhole the runner's TCP connection to etcd (a partition; S3 still reachable) for 2 TTLs", func(c *cluster, r *runnerProc) func() {
 			r.proxy.SetMode(testenv.Blackhole)
 			return func() { r.proxy.SetMode(testenv.Pass) }
-		}, 2 * soakTTL},
+		}, 2 * ttl},
 		{"etcd-slow", onRunner, "delay every chunk between the runner and etcd by 300ms", func(c *cluster, r *runnerProc) func() {
 			r.proxy.SetDelay(300 * time.Millisecond)
 			return func() { r.proxy.SetDelay(0) }
@@ -103,10 +113,45 @@ func soakFaults(t testing.TB, sub *s3Proxy) []fault {
 	}
 }
 
+// s3SoakFaults are the soak's faults on a cluster coordinating on S3:
+// those that do not involve etcd, and the S3 ones in place of those that
+// do (a runner's S3 blackholed, slowed, and S3 throttling every runner).
+func s3SoakFaults(t testing.TB, sub *s3Proxy) []fault {
+	replaced := map[string]fault{
+		"etcd-blackhole": {"s3-blackhole", onRunner, "blackhole the runner's S3 (connections accepted, nothing forwarded or answered; a partition) for 2 TTLs", func(c *cluster, r *runnerProc) func() {
+			r.s3.set(s3Blackhole, 1)
+			return func() { r.s3.set(s3Pass, 0) }
+		}, 2 * s3SoakTTL},
+		"etcd-slow": {"s3-slow", onRunner, "delay every S3 request of the runner by 300ms", func(c *cluster, r *runnerProc) func() {
+			r.s3.setLag(300 * time.Millisecond)
+			return func() { r.s3.setLag(0) }
+		}, 4 * time.Second},
+		"etcd-leader-loss": {"s3-slowdown-all", onCluster, "answer every S3 request of every runner 503 SlowDown (S3 throttling the whole cluster)", func(c *cluster, r *runnerProc) func() {
+			rs := c.runners.All()
+			for _, r := range rs {
+				r.s3.set(s3SlowDown, 1)
+			}
+			return func() {
+				for _, r := range rs {
+					r.s3.set(s3Pass, 0)
+				}
+			}
+		}, 3 * time.Second},
+	}
+	var out []fault
+	for _, f := range etcdSoakFaults(t, sub, s3SoakTTL) {
+		if g, ok := replaced[f.name]; ok {
+			f = g
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // restartUntilUp starts a runner again and waits until it has registered;
-// a start that fails (e.g. etcd has no leader at that moment: a runner
-// refuses to start without the cluster meta) is tried again, for up to a
-// minute.
+// a start that fails (e.g. etcd has no leader, or S3 throttles every
+// runner, at that moment: a runner refuses to start without the cluster
+// meta) is tried again, for up to a minute.
 func (c *cluster) restartUntilUp(r *runnerProc) {
 	c.t.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -252,6 +297,9 @@ func (p *faultPlan) run(end time.Time) {
 		switch f.scope {
 		case onCluster:
 			target = "the etcd cluster"
+			if p.c.Etcd == "" {
+				target = "every runner's S3"
+			}
 		case onClient:
 			target = "the submitter"
 		}

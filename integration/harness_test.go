@@ -223,9 +223,13 @@ type cluster struct {
 	s3EP             string          // when set, each runner reaches S3 through its own fault proxy
 	members          []*testenv.Etcd // the etcd cluster, when the test runs it (newLocalCluster)
 	infra            *proc
-	store            *etcd.Store
-	tasks            *task.Client
-	runners          harness.Members[*runnerProc]
+	store            *etcd.Store // nil on a cluster coordinating on S3
+	// coord is the runners' coordination store, read by the helpers (who
+	// owns which shard) and the task clients' waker: store, or an S3 one
+	// (newS3Cluster) reaching the gateway directly.
+	coord   storage.RunnerStore
+	tasks   *task.Client
+	runners harness.Members[*runnerProc]
 }
 
 type runnerProc struct {
@@ -288,6 +292,7 @@ func newClusterOn(t testing.TB, dir, etcdEP string, shards int) *cluster {
 	if c.store, err = c.Store(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
+	c.coord = c.store
 	return c
 }
 
@@ -303,8 +308,11 @@ func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 	t := c.t
 	t.Helper()
 	r := c.newRunnerProc(id)
-	r.args = append([]string{"run", "--config", c.cfgPath, "--runner-id", id, "--admin-addr", r.admin,
-		"--set", "etcd.endpoints=" + harness.ProxyURL(r.proxy)}, extra...)
+	r.args = []string{"run", "--config", c.cfgPath, "--runner-id", id, "--admin-addr", r.admin}
+	if r.proxy != nil {
+		r.args = append(r.args, "--set", "etcd.endpoints="+harness.ProxyURL(r.proxy))
+	}
+	r.args = append(r.args, extra...)
 	if c.s3EP != "" {
 		r.s3 = newS3Proxy(t, c.s3EP)
 		r.args = append(r.args, "--set", "s3.endpoint="+r.s3.URL())
@@ -322,15 +330,18 @@ func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 // failed a service's start so: "bind: address already in use").
 func (c *cluster) newRunnerProc(id string) *runnerProc {
 	c.t.Helper()
-	px, err := c.Proxy()
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	admin, err := embedded.FreeStableAddr()
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return &runnerProc{id: id, admin: admin, proxy: px}
+	r := &runnerProc{id: id, admin: admin}
+	if c.Etcd == "" {
+		return r // coordination on S3: no etcd to proxy
+	}
+	if r.proxy, err = c.Proxy(); err != nil {
+		c.t.Fatal(err)
+	}
+	return r
 }
 
 // restart starts a runner again with the same id and connections, after it
@@ -360,7 +371,7 @@ func (r *runnerProc) status() (runner.Status, error) {
 func (c *cluster) owners() map[storage.ShardID]string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	own, err := harness.Holders(ctx, c.store)
+	own, err := harness.Holders(ctx, c.coord)
 	if err != nil {
 		return nil
 	}
@@ -433,7 +444,11 @@ func (c *cluster) taskClient() *task.Client {
 // overrides are config keys (key=value), e.g. another s3.endpoint.
 func (c *cluster) newTaskClient(overrides ...string) *task.Client {
 	c.t.Helper()
-	cfg, err := runner.Load(c.cfgPath, nil, append([]string{"etcd.endpoints=" + c.Etcd}, overrides...))
+	var keys []string
+	if c.Etcd != "" {
+		keys = append(keys, "etcd.endpoints="+c.Etcd)
+	}
+	cfg, err := runner.Load(c.cfgPath, nil, append(keys, overrides...))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -441,7 +456,7 @@ func (c *cluster) newTaskClient(overrides ...string) *task.Client {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	tc, err := task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: cfg.Shards, Waker: c.store})
+	tc, err := task.NewClient(task.NewStore(obj), task.ClientConfig{Shards: cfg.Shards, Waker: c.coord})
 	if err != nil {
 		c.t.Fatal(err)
 	}

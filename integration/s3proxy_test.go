@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -23,6 +24,12 @@ const (
 	s3Timeout             // hold the request until the client gives up
 	s3DropReply           // forward (the write happens), then drop the answer
 	s3Partitioned         // refuse every request (connection reset)
+	// s3Blackhole accepts connections and forwards and answers nothing
+	// until healed (set to another mode): a request is held until its
+	// client gives up, or until the heal, which drops its connection
+	// unanswered.
+	s3Blackhole
+	s3SlowDown // answer 503 SlowDown without forwarding: S3 throttling
 )
 
 // s3Proxy is an HTTP reverse proxy in front of the S3 server that injects
@@ -42,6 +49,12 @@ type s3Proxy struct {
 	// flight when a fault strikes.
 	slowMethod string
 	slowMax    time.Duration
+	// lag delays every request, of any method, by exactly this much
+	// before it is forwarded or faulted.
+	lag time.Duration
+	// healed is closed when the mode leaves s3Blackhole: the held
+	// requests then end, unanswered.
+	healed chan struct{}
 
 	injected atomic.Int64
 }
@@ -56,8 +69,11 @@ func newS3Proxy(t testing.TB, target string) *s3Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &s3Proxy{ln: ln, target: u, rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))}
+	p := &s3Proxy{ln: ln, target: u, rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)), healed: make(chan struct{})}
 	p.rp = httputil.NewSingleHostReverseProxy(u)
+	// Requests the runner gives up on are the faults' point: no log line
+	// for each.
+	p.rp.ErrorLog = log.New(io.Discard, "", 0)
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
 	go p.srv.Serve(ln)
 	t.Cleanup(func() { p.srv.Close() })
@@ -70,7 +86,20 @@ func (p *s3Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 func (p *s3Proxy) set(mode s3Fault, prob float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	switch {
+	case mode == s3Blackhole && p.mode != s3Blackhole:
+		p.healed = make(chan struct{})
+	case mode != s3Blackhole && p.mode == s3Blackhole:
+		close(p.healed)
+	}
 	p.mode, p.prob = mode, prob
+}
+
+// setLag delays every request by d before it is forwarded (0: none).
+func (p *s3Proxy) setLag(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lag = d
 }
 
 // slowDown delays each request of method by up to max before it is
@@ -86,18 +115,20 @@ func (p *s3Proxy) delay(method string) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.slowMax <= 0 || method != p.slowMethod {
-		return 0
+		return p.lag
 	}
-	return time.Duration(p.rnd.Int64N(int64(p.slowMax)))
+	return p.lag + time.Duration(p.rnd.Int64N(int64(p.slowMax)))
 }
 
-func (p *s3Proxy) pick() s3Fault {
+// pick returns the fault for one request, and the channel its heal closes
+// (for s3Blackhole).
+func (p *s3Proxy) pick() (s3Fault, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mode == s3Pass || p.rnd.Float64() >= p.prob {
-		return s3Pass
+		return s3Pass, nil
 	}
-	return p.mode
+	return p.mode, p.healed
 }
 
 func (p *s3Proxy) serve(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +143,7 @@ func (p *s3Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fault := p.pick()
+	fault, healed := p.pick()
 	if fault != s3Pass {
 		p.injected.Add(1)
 	}
@@ -124,6 +155,20 @@ func (p *s3Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case s3Timeout:
 		<-r.Context().Done()
+		return
+	case s3Blackhole:
+		// Nothing forwarded, nothing answered: the client gives up on
+		// its own timeout, or the heal drops the connection.
+		select {
+		case <-r.Context().Done():
+		case <-healed:
+		}
+		hijackAndClose(w)
+		return
+	case s3SlowDown:
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>injected: reduce your request rate</Message></Error>`)
 		return
 	case s3Partitioned:
 		hijackAndClose(w)

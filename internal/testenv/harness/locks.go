@@ -40,6 +40,10 @@ type LockTimeline struct {
 	waiters map[*lockWaiter]struct{}
 	err     error // why the watch ended, once it has
 	done    chan struct{}
+	// lag, when set, is how far a polled watch's observations may trail
+	// the changes (one poll): HeldThroughout then also checks the
+	// acquisition edge (see NewPolledLockTimeline).
+	lag time.Duration
 }
 
 type lockWaiter struct {
@@ -54,12 +58,38 @@ func NewLockTimeline() *LockTimeline {
 		waiters: map[*lockWaiter]struct{}{}, done: make(chan struct{})}
 }
 
+// NewPolledLockTimeline returns an empty timeline for a watch that polls
+// (coordination on S3) and whose observations trail the changes by at most
+// lag (one poll). Unlike an etcd watch, which a cluster without a leader
+// holds back for as long as that lasts, a poll of the store directly sees
+// a lock within lag of its acquisition, so HeldThroughout can test the
+// acquisition edge by time too: the tenure must have been observed by the
+// execution's start plus lag, unless a re-listing after a failed poll
+// first showed it (its arrival then says nothing). The release edge is
+// unchanged: a later arrival errs towards "held", and gets no lag.
+func NewPolledLockTimeline(lag time.Duration) *LockTimeline {
+	l := NewLockTimeline()
+	l.lag = lag
+	return l
+}
+
 // WatchLocks follows the shard locks of locks' cluster until ctx ends.
 // Give it a store with a short retry back-off: after a break (the loss of
 // etcd's leader breaks it) the watch re-lists, and catches up as soon as
 // etcd answers again.
 func WatchLocks(ctx context.Context, locks storage.ShardLockReader) *LockTimeline {
-	l := NewLockTimeline()
+	return watchInto(ctx, locks, NewLockTimeline())
+}
+
+// WatchPolledLocks is WatchLocks for a store whose watch polls, its
+// observations trailing the changes by at most lag (see
+// NewPolledLockTimeline).
+func WatchPolledLocks(ctx context.Context, locks storage.ShardLockReader, lag time.Duration) *LockTimeline {
+	return watchInto(ctx, locks, NewPolledLockTimeline(lag))
+}
+
+// watchInto feeds l from locks' watch until ctx ends.
+func watchInto(ctx context.Context, locks storage.ShardLockReader, l *LockTimeline) *LockTimeline {
 	events := locks.WatchShardLocks(ctx)
 	go func() {
 		defer close(l.done)
@@ -117,7 +147,10 @@ func (l *LockTimeline) Wait() { <-l.done }
 // started work: the arrival time says nothing then). That nothing ended the
 // tenure before end is read from arrival times: the first later change of
 // the shard's lock (a release, another holder or epoch) must arrive after
-// end. Arrivals trail the changes, so this errs towards "held".
+// end. Arrivals trail the changes, so this errs towards "held". On a
+// polled timeline (NewPolledLockTimeline) the tenure must also have been
+// first observed by start plus the poll lag, unless a re-listing first
+// showed it.
 func (l *LockTimeline) HeldThroughout(shard storage.ShardID, runner string, epoch int64, start, end time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -125,6 +158,9 @@ func (l *LockTimeline) HeldThroughout(shard storage.ShardID, runner string, epoc
 	same := func(ch LockChange) bool { return ch.Holder == runner && ch.Epoch == epoch }
 	i := slices.IndexFunc(evs, same)
 	if i < 0 {
+		return false
+	}
+	if first := evs[i]; l.lag > 0 && !first.Resync && first.At.After(start.Add(l.lag)) {
 		return false
 	}
 	for _, ch := range evs[i+1:] {

@@ -67,6 +67,48 @@ func TestLockLogJudgesTenures(t *testing.T) {
 	}
 }
 
+// TestPolledLockLogJudgesAcquisition: on a polled timeline (coordination
+// on S3, observations up to one poll late) the acquisition edge is judged
+// by time as well, with exactly the poll lag: a tenure first observed more
+// than the lag after the execution began was not the runner's when it
+// began, unless a re-listing after a failed poll first showed it. The
+// release edge and the epoch are judged as on an etcd timeline.
+func TestPolledLockLogJudgesAcquisition(t *testing.T) {
+	sh := shard(3)
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const lag = 200 * time.Millisecond
+	type change struct {
+		ms     int
+		ev     storage.LockEvent
+		resync bool
+	}
+	// The execution: runner r, epoch 5, from 1000 to 2000 ms.
+	for _, tc := range []struct {
+		name string
+		log  []change
+		held bool
+	}{
+		{"observed before the start", []change{{0, put(sh, "r", 5), false}}, true},
+		{"observed within the lag of the start", []change{{1200, put(sh, "r", 5), false}}, true},
+		{"observed just past the lag", []change{{1201, put(sh, "r", 5), false}}, false},
+		{"observed after the execution", []change{{2500, put(sh, "r", 5), false}}, false},
+		{"first shown by a re-listing, late", []change{{2500, put(sh, "r", 5), true}}, true},
+		{"released during the execution", []change{{0, put(sh, "r", 5), false}, {1500, del(sh), false}}, false},
+		{"taken by another just after the end", []change{{0, put(sh, "r", 5), false}, {2001, put(sh, "q", 6), false}}, true},
+	} {
+		l := NewPolledLockTimeline(lag)
+		for _, c := range tc.log {
+			ev := c.ev
+			ev.Resync = c.resync
+			l.Record(at(c.ms), ev)
+		}
+		if got := l.HeldThroughout(sh, "r", 5, at(1000), at(2000)); got != tc.held {
+			t.Errorf("%s: held %v, want %v (%s)", tc.name, got, tc.held, l.Around(sh, at(1000), at(2000), time.Hour))
+		}
+	}
+}
+
 // TestLockTimelineAwait: Await returns the arrival time of the event that
 // first satisfied the condition, not a later one.
 func TestLockTimelineAwait(t *testing.T) {
