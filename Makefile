@@ -10,6 +10,7 @@ SOAK_RUNNERS        ?= 5
 SOAK_FAULT_INTERVAL ?= 1s
 SOAK_MIN_FAULTS     ?= 1000
 SOAK_SEED           ?=
+SOAK_COORDINATION   ?= etcd
 SOAK_TIMEOUT        ?= 120m
 SOAK_LOG            ?= /tmp/tenure-soak.log
 
@@ -80,11 +81,14 @@ integration:
 
 ## soak: the recorded soak (RELIABILITY.md): SOAK_RUNNERS runner processes
 ## under load, a fault about every SOAK_FAULT_INTERVAL for SOAK_DURATION,
-## at least SOAK_MIN_FAULTS of them, then the audit; the full log goes to
+## at least SOAK_MIN_FAULTS of them, then the audit; SOAK_COORDINATION=s3
+## runs it on the S3 coordination backend (no etcd; S3 faults in place of
+## etcd's); the full log goes to
 ## SOAK_LOG, the summary and any failure to the terminal
 soak:
 	TENURE_SOAK_DURATION=$(SOAK_DURATION) TENURE_SOAK_RUNNERS=$(SOAK_RUNNERS) \
 	TENURE_SOAK_FAULT_INTERVAL=$(SOAK_FAULT_INTERVAL) TENURE_SOAK_MIN_FAULTS=$(SOAK_MIN_FAULTS) TENURE_SOAK_SEED=$(SOAK_SEED) \
+	TENURE_SOAK_COORDINATION=$(SOAK_COORDINATION) \
 	bash -o pipefail -c "$(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./integration/ 2>&1 | tee $(SOAK_LOG) | grep -E 'SOAK SUMMARY|^(--- |ok|FAIL|PASS)'" \
 	|| { echo "soak failed; the full log is $(SOAK_LOG)"; exit 1; }
 
