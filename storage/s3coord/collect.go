@@ -26,12 +26,13 @@ type staleRecord struct {
 	rec  runnerRecord
 }
 
-// collectRecords tombstones lapsed leases and deletes old tombstones, each
-// conditional on the version read. Deleting a tombstone is harmless even
-// where a conditional delete races a conditional write (VersityGW): no
-// renewal holds a tombstone's ETag, and a lock bound to a lease whose
-// record is gone is as free as one whose record is a tombstone. Failures
-// are left for a later poll.
+// collectRecords tombstones lapsed leases and deletes old tombstones that
+// no lock names (membership.go), each conditional on the version read.
+// Deleting a tombstone is harmless even where a conditional delete races
+// a conditional write (VersityGW): no renewal holds a tombstone's ETag,
+// and a lock bound to a lease whose record is gone is taken after a fence
+// (lock.go), at worst a TTL later than over the tombstone. Failures are
+// left for a later poll.
 func (s *Store) collectRecords(ctx context.Context, stale []staleRecord) {
 	for i, r := range stale {
 		if i >= collectPerPoll || ctx.Err() != nil {

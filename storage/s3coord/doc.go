@@ -19,11 +19,14 @@
 //   - runners/<id>: {"rev", "runner" (storage.RunnerInfo), "lease" (a
 //     random positive int63, new at every registration), "ttl_ms",
 //     "renewal" (counts the lease's writes, so every body, and so every
-//     ETag, differs), "expires" (object-store time)}; or a tombstone:
-//     {"rev", "lease", "tombstone": true, ...} without "runner".
+//     ETag, differs), "expires" (object-store time), "vacant_at" (see
+//     Locks)}; or a tombstone: {"rev", "lease", "tombstone": true, ...}
+//     without "runner", marked "fence": true when a taker wrote it (see
+//     Locks).
 //   - shards/<group>/<index>: {"rev", "runner_id", "lease", "acquired_at",
-//     "epoch"} when held; {"rev", "epoch"} when free. A released lock is
-//     not deleted, so that its epoch (the fencing token) keeps growing.
+//     "epoch", "ttl_ms" (the holder's lease TTL)} when held; {"rev",
+//     "epoch"} when free. A released lock is not deleted, so that its
+//     epoch (the fencing token) keeps growing.
 //   - wake/<group>/<index>/<rev, 20 digits>-<nonce>: {"note"}, one object
 //     per wake-up, deleted by any wake poller a minute after it was
 //     written.
@@ -67,12 +70,53 @@
 // AcquireShards, per shard (at most 4 in flight): Create when absent; when
 // free, Replace If-Match with epoch + 1; when held by our lease, Acquired at
 // its epoch; when held by another lease, Held while that lease is live;
-// otherwise the lock is taken (Replace If-Match, epoch + 1) only once the
-// holder's record is a tombstone, absent, undecodable (its holder cannot
-// renew it either) or bound to another lease, tombstoning a lapsed one
-// first. So a lock is never taken from a session that may still renew:
-// the tombstone and the renewal are conditional writes on one object, and
-// exactly one of them wins.
+// otherwise the lock is taken (Replace If-Match, epoch + 1) once the
+// holder's lease has ended: its record is its tombstone, or its lapsed
+// record, which the taker tombstones first. So a lock is never taken from
+// a session that may still renew: the tombstone and the renewal are
+// conditional writes on one object, and exactly one of them wins.
+//
+// A record can also vanish behind a live holder's back: an operator, a
+// bucket lifecycle rule or a bug deletes runners/<id> or overwrites it
+// with something undecodable. The holder learns of it only at its next
+// renewal (ErrLeaseLost), and acts until its deadline meanwhile, up to a
+// TTL; etcd has no such window, its locks being bound to the lease and not
+// to the runner key. So a taker that finds the holder's record absent or
+// undecodable does not take the lock. It fences the lease: it writes a
+// tombstone of it marked "fence" (Create over the absent record, Replace
+// If-Match over the undecodable version, so that a registration racing it
+// wins or loses by the conditional write) with vacant_at = the store
+// clock's Latest, read after it saw the record gone. No renewal of the
+// lease has landed since the record went (a renewal is a Replace If-Match
+// of the lease's own last version), so the holder's deadline is at most
+// vacant_at + TTL in store time, TTL being the lock's ttl_ms (24h, the
+// largest Register accepts, for a lock written before locks named it).
+// The lock is Held, with the holder's id, until Earliest() is past that;
+// then it is taken with epoch + 1. Meanwhile the holder's VerifyShards
+// still says Owned: it is past its renewal failure and stops by its
+// deadline, before any taker writes.
+//
+// A registration written over an absent key (Create) sets vacant_at in
+// the same way, since the key's previous lease may have lost its record
+// unannounced; registrations over a tombstone or a lapsed record, and
+// tombstones, carry the previous record's vacant_at forward (for 24h). A
+// lock bound to a lease that the holder's record does not name, or names
+// in a fence, is taken once Earliest() is past that record's vacant_at +
+// the lock's TTL (at once when it has none: a record of another lease
+// without vacant_at was written over its predecessor's lapsed record or
+// tombstone). The fast path stays: a lock of a lapsed or revoked lease is
+// taken at once.
+//
+// Costs and edges of the window: a fence is kept until its wait is over
+// and a retention beyond; a tombstone that a lock still names is not
+// collected, so an orphaned lock is found with its lease's tombstone and
+// taken at once; a lock found with no record at all (its tombstone deleted
+// by hand, or collected while a lock bound to it was written concurrently)
+// waits one TTL. VacantAt bounds the vanished lease only: a second
+// registration of the id, from another store, created and deleted between
+// a taker's read and its fence, could act up to one round trip past it.
+// A restore of the holder's exact last record over the fence (an ETag
+// identifies a body) would let it renew again: nothing defends that.
 //
 // Two departures from a plain design, argued: a lock created anew starts
 // its epoch at its write's revision, not at 1, so that a lock object an

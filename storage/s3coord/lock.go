@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tenurehq/tenure/storage"
 )
@@ -49,7 +50,7 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 		return results, nil
 	}
 	base := ss.s.reserveRevs(st, len(todo))
-	holders := &holderCache{ended: map[int64]bool{}}
+	holders := &holderCache{ends: map[int64]holderEnd{}}
 	// Each session starts at its own place in the list (its lease is
 	// random), so that runners acquiring the same shards at once contend
 	// for different keys instead of queueing on each key in turn.
@@ -70,8 +71,8 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 
 // acquireOne takes one shard's lock: Create when absent (its epoch starts
 // at the write's revision), Replace If-Match when free (epoch + 1), or when
-// the holder's lease has ended: once that lease's record is a tombstone,
-// absent or bound to another lease, never while it might still renew.
+// the holder's lease has certainly ended (holderEnd): never while it might
+// still renew, nor while it might still act on a renewal it had.
 //
 // rev is the revision of the first write; a retry takes a fresh one.
 func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64, holders *holderCache) storage.AcquireResult {
@@ -142,14 +143,14 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		case l.Lease == ss.lease:
 			return acquired(l.Epoch, l.Rev, obj.ETag)
 		case !l.free():
-			ended, err := holders.endLease(ctx, ss.s, l.RunnerID, l.Lease)
+			end, err := holders.endLease(ctx, ss.s, l)
 			if errors.Is(err, storage.ErrPrecondition) {
-				continue // the holder renewed as we tombstoned: look again
+				continue // the holder's record changed as we wrote it: look again
 			}
 			if err != nil {
 				return fail(err)
 			}
-			if !ended {
+			if !end.takeable(l, st) {
 				return storage.AcquireResult{Shard: sh, Status: storage.Held, Holder: l.RunnerID}
 			}
 		}
@@ -193,65 +194,143 @@ func (s *Store) cachedFree(key string) (storage.Object, bool) {
 }
 
 func (ss *Session) lockBody(rev, epoch int64) []byte {
-	body, _ := json.Marshal(lockRecord{Rev: rev, RunnerID: ss.id, Lease: ss.lease, AcquiredAt: ss.s.opts.now().UTC(), Epoch: epoch})
+	body, _ := json.Marshal(lockRecord{Rev: rev, RunnerID: ss.id, Lease: ss.lease, AcquiredAt: ss.s.opts.now().UTC(), Epoch: epoch,
+		TTLMillis: ss.ttl.Milliseconds()})
 	return body
 }
 
-// holderCache remembers, for one AcquireShards call, which holders' leases
-// were found live or ended, so that a runner's record is read once per
+// holderCache remembers, for one AcquireShards call, what each holder's
+// record said of its lease, so that a runner's record is read once per
 // call, not once per shard it holds. A lease found live may lapse during
 // the call: the next call sees it.
 type holderCache struct {
-	mu    sync.Mutex
-	ended map[int64]bool // lease → ended
+	mu   sync.Mutex
+	ends map[int64]holderEnd // by lease
 }
 
-func (h *holderCache) endLease(ctx context.Context, s *Store, id string, lease int64) (bool, error) {
+func (h *holderCache) endLease(ctx context.Context, s *Store, l lockRecord) (holderEnd, error) {
 	h.mu.Lock()
-	ended, ok := h.ended[lease]
+	end, ok := h.ends[l.Lease]
 	h.mu.Unlock()
 	if ok {
-		return ended, nil
+		return end, nil
 	}
-	ended, err := s.endLease(ctx, id, lease)
+	end, err := s.endLease(ctx, l.RunnerID, l.Lease, l.holderTTL())
 	if err == nil {
 		h.mu.Lock()
-		h.ended[lease] = ended
+		h.ends[l.Lease] = end
 		h.mu.Unlock()
 	}
-	return ended, err
+	return end, err
 }
 
-// endLease reports whether the lease of runner id has ended: its record is
-// a tombstone, absent, undecodable (its holder cannot renew it either) or
-// bound to another lease. A lease that has certainly lapsed is ended here
-// by tombstoning its record (Replace If-Match); a renewal that wins that
-// race gives ErrPrecondition. A live lease is not ended.
-func (s *Store) endLease(ctx context.Context, id string, lease int64) (bool, error) {
+// holderEnd is what a holder's runner record says of a lease.
+type holderEnd struct {
+	// live: the record is the lease's, unexpired; it may still renew.
+	live bool
+	// vacantAt, when set, bounds when the lease lost its record without
+	// ending (deleted or overwritten behind its back): it can renew no
+	// more, but may act on its last renewal until vacantAt plus its TTL.
+	vacantAt time.Time
+}
+
+// takeable reports whether the lock l may be taken at st: its lease can
+// no longer renew, and its holder's deadline has certainly passed when
+// the lease lost its record unannounced.
+func (e holderEnd) takeable(l lockRecord, st storage.ServerTime) bool {
+	if e.live {
+		return false
+	}
+	return e.vacantAt.IsZero() || st.Earliest().After(e.vacantAt.Add(l.holderTTL()))
+}
+
+// endLease reads runner id's record and judges the lease it names (of
+// TTL ttl, as its lock says):
+//
+//   - the lease's own record, unexpired: live;
+//   - the lease's own record, lapsed: ended, once tombstoned here
+//     (Replace If-Match; a renewal that wins gives ErrPrecondition);
+//   - the lease's own tombstone (revoked or lapsed): ended;
+//   - absent or undecodable: the record went behind the holder's back,
+//     which learns of it only at its next renewal and acts until its
+//     deadline meanwhile. A fence is written (fence): a tombstone of the
+//     lease with VacantAt, and the lease is held until VacantAt + TTL;
+//   - a fence of the lease, or a record of another lease: ended, held
+//     until the record's VacantAt + TTL when it has one (the lease may
+//     have lost its record unannounced before this one was written).
+//
+// A record of another lease without VacantAt was written over the lease's
+// lapsed record or its tombstone (Register writes over nothing else, and
+// a Create sets VacantAt), so the lease ended announced.
+func (s *Store) endLease(ctx context.Context, id string, lease int64, ttl time.Duration) (holderEnd, error) {
 	key := runnerKey(id)
 	obj, err := s.get(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
-		return true, nil
+		return s.fence(ctx, key, lease, ttl, "")
 	}
 	if err != nil {
-		return false, err
+		return holderEnd{}, err
 	}
 	rec, err := decodeRunner(key, obj.Body)
-	if err != nil || rec.Tombstone || rec.Lease != lease {
-		return true, nil
+	switch {
+	case err != nil:
+		return s.fence(ctx, key, lease, ttl, obj.ETag)
+	case rec.Lease != lease, rec.Fence:
+		return holderEnd{vacantAt: rec.VacantAt}, nil
+	case rec.Tombstone:
+		return holderEnd{}, nil
 	}
 	st, err := s.serverTime(ctx)
 	if err != nil {
-		return false, s.opError("acquire", key, err)
+		return holderEnd{}, s.opError("acquire", key, err)
 	}
 	if !rec.lapsed(st) {
-		return false, nil
+		return holderEnd{live: true}, nil
 	}
 	if err := s.tombstone(ctx, "tombstone lapsed lease", key, rec, obj.ETag); err != nil {
-		return false, err
+		return holderEnd{}, err
 	}
 	s.opts.logger.Info("s3coord: tombstoned a lapsed lease", "key", key, "lease", fmt.Sprintf("%x", lease), "expired", rec.Expires)
-	return true, nil
+	return holderEnd{}, nil
+}
+
+// fence writes, at key, a tombstone of lease (of TTL ttl) marked Fence,
+// with VacantAt the store's latest time read now, and Expires VacantAt +
+// ttl, when the holder has certainly stopped: Create when the record was absent
+// (etag empty), Replace If-Match the undecodable version etag otherwise,
+// so that a registration racing it either lands first (and the write
+// gives ErrPrecondition, to look again) or finds the fence.
+//
+// VacantAt bounds the holder's deadline although it is read before the
+// write is decided: the lease's record was already gone when this store
+// read it (before the clock), and a renewal is a Replace If-Match of the
+// lease's own last version, so none landed after that read; its last one
+// landed earlier, and the holder acts until at most its store time +
+// TTL. Nor can one land after the fence: it replaces whatever is there.
+func (s *Store) fence(ctx context.Context, key string, lease int64, ttl time.Duration, etag string) (holderEnd, error) {
+	const op = "fence lease"
+	st, err := s.serverTime(ctx)
+	if err != nil {
+		return holderEnd{}, s.opError(op, key, err)
+	}
+	tomb := runnerRecord{Rev: s.nextRev(st, 0), Lease: lease, TTLMillis: ttl.Milliseconds(), Expires: st.Latest().Add(ttl),
+		Tombstone: true, Fence: true, VacantAt: st.Latest()}
+	body, err := json.Marshal(tomb)
+	if err != nil {
+		return holderEnd{}, s.opError(op, key, err)
+	}
+	if etag == "" {
+		_, err = s.create(ctx, op, key, body)
+	} else {
+		_, err = s.replace(ctx, op, key, body, etag)
+	}
+	if err != nil {
+		return holderEnd{}, err
+	}
+	s.members.kickAfterWrite()
+	s.opts.logger.Warn("s3coord: a lock holder's runner record was absent or undecodable; its lease is fenced, and its locks are taken once its TTL has run from now",
+		"key", key, "lease", fmt.Sprintf("%x", lease), "vacant_at", tomb.VacantAt, "safe_after", tomb.Expires)
+	return holderEnd{vacantAt: tomb.VacantAt}, nil
 }
 
 // VerifyShards reads each shard's lock (at most readConcurrency at once)

@@ -127,6 +127,7 @@ func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberStat
 	m := &memberState{st: st, runners: map[string]runnerView{}, locks: map[string]lockView{}, ended: map[string]int64{}, freed: map[string]int64{}}
 	maxRev := st.Now.UnixMicro()
 	live := map[string]int64{} // runner id → live lease
+	bound := map[int64]bool{}  // leases that locks name
 	for _, e := range runners {
 		rec, err := decodeRunner(e.key, e.body)
 		if err != nil {
@@ -138,7 +139,11 @@ func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberStat
 		switch {
 		case rec.Tombstone:
 			m.ended[id] = rec.Rev
-			if rec.Rev < st.Earliest().Add(-recordRetention).UnixMicro() {
+			// A fence stays until its lease has certainly stopped, and a
+			// retention beyond: deleted sooner, the next taker would find
+			// no record and fence the lease anew, restarting the wait.
+			if rec.Rev < st.Earliest().Add(-recordRetention).UnixMicro() &&
+				(!rec.Fence || st.Earliest().Add(-recordRetention).After(rec.Expires)) {
 				m.stale = append(m.stale, staleRecord{key: e.key, etag: e.etag, rec: rec})
 			}
 		case rec.lapsed(st):
@@ -162,6 +167,9 @@ func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberStat
 			continue
 		}
 		maxRev = max(maxRev, l.Rev)
+		if !l.free() {
+			bound[l.Lease] = true
+		}
 		switch {
 		case l.free():
 			m.freed[e.key] = l.Rev
@@ -170,6 +178,16 @@ func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberStat
 				Shard: shard, RunnerID: l.RunnerID, AcquiredAt: l.AcquiredAt, LeaseID: l.Lease, Epoch: l.Epoch,
 			}}
 		}
+	}
+	// A tombstone whose lease a lock still names is kept: without it, a
+	// taker of that lock would find no record and could not tell a lease
+	// that ended from one whose record was deleted behind its back (it
+	// would fence the lease and wait out its TTL). Only a read with the
+	// locks collects.
+	if withLocks {
+		m.stale = slices.DeleteFunc(m.stale, func(r staleRecord) bool { return r.rec.Tombstone && bound[r.rec.Lease] })
+	} else {
+		m.stale = nil
 	}
 	m.rev = s.observeRev(maxRev)
 	return m, nil

@@ -23,9 +23,33 @@ type runnerRecord struct {
 	Renewal   int64     `json:"renewal"`
 	Expires   time.Time `json:"expires"` // object-store time
 	Tombstone bool      `json:"tombstone,omitempty"`
+	// Fence marks a tombstone written by a lock's taker over a record it
+	// found absent or undecodable: the lease it names may act until
+	// VacantAt plus the lease's TTL (vacancy below), not only until now.
+	Fence bool `json:"fence,omitempty"`
+	// VacantAt, when set, is a store time by which this key was once seen
+	// absent or undecodable: a lease of this id other than the one the
+	// record names (or the lease of a fence) may have lost its record
+	// then, unannounced, and so may act until VacantAt plus its TTL.
+	// Registrations and tombstones carry it forward (vacancy below).
+	VacantAt time.Time `json:"vacant_at,omitzero"`
 }
 
 func (r runnerRecord) ttl() time.Duration { return time.Duration(r.TTLMillis) * time.Millisecond }
+
+// maxLeaseTTL is the largest lease TTL Register accepts: the bound on the
+// TTL of a lease a lock does not name the TTL of (a lock written before
+// locks carried it).
+const maxLeaseTTL = 24 * time.Hour
+
+// vacancy returns the VacantAt to carry into a record written over r at
+// st: r's own, until even a lease of the largest TTL would have ended.
+func (r runnerRecord) vacancy(st storage.ServerTime) time.Time {
+	if r.VacantAt.IsZero() || st.Earliest().After(r.VacantAt.Add(maxLeaseTTL)) {
+		return time.Time{}
+	}
+	return r.VacantAt
+}
 
 // lapsed reports whether the lease has certainly expired at st: the
 // earliest the store's clock can read is past expires.
@@ -43,9 +67,21 @@ type lockRecord struct {
 	Lease      int64     `json:"lease,omitempty"`
 	AcquiredAt time.Time `json:"acquired_at,omitzero"`
 	Epoch      int64     `json:"epoch"`
+	// TTLMillis is the holder's lease TTL, so that a taker that finds the
+	// holder's record gone can bound how long the holder may still act.
+	TTLMillis int64 `json:"ttl_ms,omitempty"`
 }
 
 func (l lockRecord) free() bool { return l.Lease == 0 }
+
+// holderTTL returns the TTL of the lease holding l: the one it names, or,
+// for a lock written before locks named it, the largest Register accepts.
+func (l lockRecord) holderTTL() time.Duration {
+	if l.TTLMillis <= 0 {
+		return maxLeaseTTL
+	}
+	return min(time.Duration(l.TTLMillis)*time.Millisecond, maxLeaseTTL)
+}
 
 // configRecord is the body of config.
 type configRecord struct {
@@ -99,6 +135,8 @@ func decodeLock(body []byte) (lockRecord, error) {
 		return lockRecord{}, fmt.Errorf("epoch %d and rev %d must be positive", l.Epoch, l.Rev)
 	case l.Lease < 0, l.Lease > 0 && !validName.MatchString(l.RunnerID):
 		return lockRecord{}, fmt.Errorf("holder %q of lease %d is not a valid runner", l.RunnerID, l.Lease)
+	case l.TTLMillis < 0:
+		return lockRecord{}, fmt.Errorf("holder TTL %dms must not be negative", l.TTLMillis)
 	}
 	return l, nil
 }

@@ -64,7 +64,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 	if err := validateRunner(r); err != nil {
 		return nil, s.opError(op, key, err)
 	}
-	if ttl < time.Second || ttl > 24*time.Hour {
+	if ttl < time.Second || ttl > maxLeaseTTL {
 		return nil, s.opError(op, key, fmt.Errorf("%w: lease TTL %s must be within [1s, 24h]", storage.ErrInvalid, ttl))
 	}
 	if r.StartedAt.IsZero() {
@@ -80,8 +80,14 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 	// Read first: a registration over a live record is refused without a
 	// write, so that runners racing for one id queue no conditional
 	// writes on it (a gateway serialises those per key).
+	//
+	// prev is the version to replace (prevETag empty: none, Create). A
+	// Create, over a key seen absent, sets VacantAt to the store's time
+	// read after that sight: a lease of this id whose record vanished
+	// unannounced may still act until then plus its TTL, and a lock bound
+	// to it must not be taken from it sooner (vacancy).
 	var prevETag string
-	var prevRev int64
+	var prev runnerRecord
 	if obj, err := s.get(ctx, key); err == nil {
 		old, err := decodeRunner(key, obj.Body)
 		if err != nil {
@@ -94,7 +100,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 		if !old.Tombstone && !old.lapsed(st) {
 			return nil, runnerExists(s, key, old)
 		}
-		prevETag, prevRev = obj.ETag, old.Rev
+		prevETag, prev = obj.ETag, old
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return nil, err
 	}
@@ -106,7 +112,12 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 		if err != nil {
 			return nil, s.opError(op, key, err)
 		}
-		rec := runnerRecord{Rev: s.nextRev(st, prevRev), Runner: &r, Lease: lease, TTLMillis: ttl.Milliseconds(), Expires: st.Latest().Add(ttl)}
+		rec := runnerRecord{Rev: s.nextRev(st, prev.Rev), Runner: &r, Lease: lease, TTLMillis: ttl.Milliseconds(), Expires: st.Latest().Add(ttl)}
+		if prevETag == "" {
+			rec.VacantAt = st.Latest()
+		} else {
+			rec.VacantAt = prev.vacancy(st)
+		}
 		body, err := json.Marshal(rec)
 		if err != nil {
 			return nil, s.opError(op, key, err)
@@ -125,7 +136,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 		}
 		obj, err := s.get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
-			prevETag, prevRev = "", 0
+			prevETag, prev = "", runnerRecord{}
 			continue
 		}
 		if err != nil {
@@ -142,7 +153,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 		if !old.Tombstone && !old.lapsed(st) {
 			return nil, runnerExists(s, key, old)
 		}
-		prevETag, prevRev = obj.ETag, old.Rev
+		prevETag, prev = obj.ETag, old
 	}
 	return nil, s.opError(op, key, fmt.Errorf("%w: the record kept changing under %d attempts; another registration is under way", storage.ErrRunnerExists, writeAttempts))
 }
@@ -459,7 +470,8 @@ func (s *Store) tombstone(ctx context.Context, op, key string, rec runnerRecord,
 	if err != nil {
 		return s.opError(op, key, err)
 	}
-	tomb := runnerRecord{Rev: s.nextRev(st, rec.Rev), Lease: rec.Lease, TTLMillis: rec.TTLMillis, Expires: rec.Expires, Renewal: rec.Renewal + 1, Tombstone: true}
+	tomb := runnerRecord{Rev: s.nextRev(st, rec.Rev), Lease: rec.Lease, TTLMillis: rec.TTLMillis, Expires: rec.Expires,
+		Renewal: rec.Renewal + 1, Tombstone: true, VacantAt: rec.vacancy(st)}
 	body, err := json.Marshal(tomb)
 	if err != nil {
 		return s.opError(op, key, err)
