@@ -26,9 +26,10 @@ import (
 	s3store "github.com/tenurehq/tenure/storage/s3"
 )
 
-// ErrClusterNotFound reports a cluster whose meta is not in etcd: no runner
-// has started it yet, or the client looks under another cluster name or
-// etcd than its runners.
+// ErrClusterNotFound reports a cluster whose meta is not in its
+// coordination store (etcd or S3): no runner has started it yet, or the
+// client looks under another cluster name, etcd, bucket or coordination
+// backend than its runners.
 var ErrClusterNotFound = errors.New("runner: cluster not initialised")
 
 // ErrClientClosed reports a call on a Client after its Close.
@@ -49,9 +50,10 @@ type Client struct {
 	*task.Client
 	meta  storage.ClusterMeta
 	group string
-	// etcd is the store Connect opened, closed by Close; nil for a
-	// runner's client, which opened nothing.
-	etcd   *etcd.Store
+	// rs is the coordination store Connect opened, closed by Close; nil
+	// for a runner's client, which opened nothing, and for one given
+	// WithRunnerStore, which belongs to the caller.
+	rs     storage.RunnerStore
 	closed atomic.Bool
 	// calls makes entity calls: the runner's own messaging (Runner.Client),
 	// or one started on the first call (Connect; closed by Close).
@@ -69,10 +71,11 @@ type Client struct {
 	stopped func() error
 }
 
-// Connect returns a client of the cluster cfg names. It dials etcd (or
-// uses WithEtcdClient's client), reads the cluster meta there (a cluster
-// no runner has started gives ErrClusterNotFound, naming the etcd
-// endpoints and key), and builds the task client with the meta's shard
+// Connect returns a client of the cluster cfg names. It opens the
+// coordination store cfg.Coordination names (etcd, or the S3 bucket; or
+// uses WithRunnerStore's, or WithEtcdClient's client), reads the cluster
+// meta there (a cluster no runner has started gives ErrClusterNotFound,
+// naming where it looked), and builds the task client with the meta's shard
 // count, submitting to the group WithGroup names (default: see WithGroup).
 // Tasks are placed by the meta, never by cfg.Shards, so a client cannot
 // put them on shards its runners do not own. The S3 store is built from
@@ -91,27 +94,8 @@ func Connect(ctx context.Context, cfg Config, opts ...ClientOption) (*Client, er
 	if log == nil {
 		log = NewLogger(cfg.Log, os.Stderr)
 	}
-	rs, err := clientEtcd(ctx, cfg, o.etcd, log)
-	if err != nil {
-		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
-	}
-	c, err := connect(ctx, cfg, o, log, rs)
-	if err != nil {
-		rs.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// connect is Connect once etcd is open.
-func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger, rs *etcd.Store) (*Client, error) {
-	meta, err := rs.Meta(ctx)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no meta at %smeta on etcd %s (cluster %q): no runner has started it yet",
-			ErrClusterNotFound, rs.Prefix(), strings.Join(rs.Client().Endpoints(), ","), cfg.Cluster)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
+	if o.etcd != nil && !cfg.UsesEtcd() {
+		return nil, fmt.Errorf("%w: WithEtcdClient: cluster %q coordinates on %s (coordination: %s), not etcd", ErrInvalidConfig, cfg.Cluster, CoordinationBackend(cfg), cfg.Coordination)
 	}
 	s3c, err := clientS3(ctx, cfg, o)
 	if err != nil {
@@ -120,6 +104,37 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 	var sopts []s3store.Option
 	if o.registry != nil {
 		sopts = append(sopts, s3store.WithObserver(s3store.MetricsObserver(o.registry)))
+	}
+	rs, own := o.rs, false
+	if rs == nil {
+		rs, err = clientRunnerStore(ctx, cfg, o.etcd, s3c, log, sopts...)
+		if err != nil {
+			return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
+		}
+		own = true
+	}
+	c, err := connect(ctx, cfg, o, log, rs, s3c, sopts...)
+	if err != nil {
+		if own {
+			rs.Close()
+		}
+		return nil, err
+	}
+	if own {
+		c.rs = rs
+	}
+	return c, nil
+}
+
+// connect is Connect once the coordination store is open.
+func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger, rs storage.RunnerStore, s3c *awss3.Client, sopts ...s3store.Option) (*Client, error) {
+	meta, err := rs.Meta(ctx)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no cluster meta in %s (cluster %q): no runner has started it yet",
+			ErrClusterNotFound, CoordinationWhere(cfg), cfg.Cluster)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)
 	}
 	obj, err := objectStore(s3c, cfg, sopts...)
 	if err != nil {
@@ -132,7 +147,6 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	c.etcd = rs
 	c.calls = func() (entity.Caller, error) {
 		c.callsOnce.Do(func() {
 			c.ownCalls, c.callsErr = startCalls(cfg, rs, messagingConfig(cfg, meta.Shards, c.group), "", nil, log, o.registry, o.tracer)
@@ -151,7 +165,7 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 	return c, nil
 }
 
-// Client returns a client that shares the runner's etcd and S3 connections
+// Client returns a client that shares the runner's coordination and S3 connections
 // and its registry and tracer provider, for a service that submits tasks
 // from the runner's own process. It waits until Run has connected and
 // checked the cluster meta (New connects nothing, so that building a
@@ -159,16 +173,16 @@ func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger,
 // Client from another goroutine. It returns ErrStopped if Run ends first,
 // and the end of ctx if that comes first. The client works while Run runs,
 // through the drain of a graceful stop; once Run returns, every call fails
-// with ErrStopped. WithEtcdClient, WithS3Client, WithAWSConfig and
-// WithClientRegistry are refused: the connections are the runner's.
-// Close releases nothing: the runner's connections close when Run returns.
+// with ErrStopped. WithEtcdClient, WithRunnerStore, WithS3Client,
+// WithAWSConfig and WithClientRegistry are refused: the connections are
+// the runner's. Close releases nothing: the runner's connections close when Run returns.
 func (r *Runner) Client(ctx context.Context, opts ...ClientOption) (*Client, error) {
 	var o clientOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.connects() || o.registry != nil {
-		return nil, fmt.Errorf("%w: Runner.Client shares the runner's connections and registry: WithEtcdClient, WithS3Client, WithAWSConfig and WithClientRegistry are Connect's", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: Runner.Client shares the runner's connections and registry: WithEtcdClient, WithRunnerStore, WithS3Client, WithAWSConfig and WithClientRegistry are Connect's", ErrInvalidConfig)
 	}
 	meta, err := r.life.wait(ctx, r.cfg.RunnerID)
 	if err != nil {
@@ -261,27 +275,35 @@ func (c *Client) Meta() storage.ClusterMeta {
 // Group returns the shard group the client submits to.
 func (c *Client) Group() string { return c.group }
 
-// Close releases what Connect opened: the etcd connection it dialed (a
-// client given with WithEtcdClient stays open). A runner's client opened
+// Close releases what Connect opened: the coordination store it opened (a
+// store given with WithRunnerStore, or a client with WithEtcdClient, stays
+// open) and the entity messaging it started. A runner's client opened
 // nothing. Later calls fail with ErrClientClosed. Close is idempotent.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) || c.etcd == nil {
+	if c.closed.Swap(true) {
 		return nil
 	}
-	// The calls' routing table watches through the etcd connection: it
+	// The calls' routing table watches through the coordination store: it
 	// stops first. (Once also keeps a call racing Close from starting
 	// messaging afterwards.)
 	c.callsOnce.Do(func() { c.callsErr = ErrClientClosed })
 	if c.ownCalls != nil {
 		c.ownCalls.close(time.Second)
 	}
-	return c.etcd.Close()
+	if c.rs == nil {
+		return nil
+	}
+	return c.rs.Close()
 }
 
-// clientEtcd returns an etcd store on the cluster's prefix: on cli when
-// given (closing the store leaves cli open), else dialed from cfg.
-func clientEtcd(ctx context.Context, cfg Config, cli *clientv3.Client, log *slog.Logger) (*etcd.Store, error) {
-	if cli == nil {
+// clientRunnerStore returns the coordination store of a client: on etcd,
+// a store on cli when given (closing the store leaves cli open), else
+// dialed from cfg; on S3, a store through s3c, the client's own S3 client.
+func clientRunnerStore(ctx context.Context, cfg Config, cli *clientv3.Client, s3c *awss3.Client, log *slog.Logger, sopts ...s3store.Option) (storage.RunnerStore, error) {
+	switch {
+	case !cfg.UsesEtcd():
+		return coordStore(s3c, cfg, log, sopts...)
+	case cli == nil:
 		return DialEtcd(ctx, cfg, etcd.WithLogger(log))
 	}
 	return etcd.New(cli, etcd.WithPrefix(EtcdPrefix(cfg.Cluster)), etcd.WithRequestTimeout(cfg.Etcd.RequestTimeout.Std()), etcd.WithLogger(log))

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurehq/tenure/entity/task"
+	"github.com/tenurehq/tenure/storage"
 )
 
 // ClientOption configures a Client (Connect, Runner.Client).
@@ -17,6 +18,7 @@ type ClientOption func(*clientOptions)
 
 type clientOptions struct {
 	etcd     *clientv3.Client
+	rs       storage.RunnerStore
 	s3       *awss3.Client
 	aws      *aws.Config
 	group    string
@@ -28,13 +30,24 @@ type clientOptions struct {
 
 // connects reports whether o brings connections of its own, which a
 // runner's client cannot take: it shares the runner's.
-func (o clientOptions) connects() bool { return o.etcd != nil || o.s3 != nil || o.aws != nil }
+func (o clientOptions) connects() bool {
+	return o.etcd != nil || o.rs != nil || o.s3 != nil || o.aws != nil
+}
 
 // WithEtcdClient makes Connect use cli instead of dialing the configured
 // etcd (etcd.* settings other than request_timeout are then unused).
-// Client.Close leaves cli open: it belongs to the caller.
+// Client.Close leaves cli open: it belongs to the caller. Connect refuses
+// it for a cluster that coordinates on S3 (coordination: s3).
 func WithEtcdClient(cli *clientv3.Client) ClientOption {
 	return func(o *clientOptions) { o.etcd = cli }
+}
+
+// WithRunnerStore makes Connect use rs as the cluster's coordination store
+// instead of opening the one the config names (etcd or S3); it must be on
+// the cluster's keys (see OpenRunnerStore). Client.Close leaves rs open: it
+// belongs to the caller. It wins over WithEtcdClient.
+func WithRunnerStore(rs storage.RunnerStore) ClientOption {
+	return func(o *clientOptions) { o.rs = rs }
 }
 
 // WithS3Client makes Connect use client, as it is, for the configured

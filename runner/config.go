@@ -12,6 +12,7 @@ import (
 	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/entity"
 	"github.com/tenurehq/tenure/sharding"
+	"github.com/tenurehq/tenure/storage/s3coord"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -58,9 +59,17 @@ type Config struct {
 	Singletons []string `yaml:"singletons"`
 	// DrainTimeout bounds the graceful stop's handoff. Default 30s.
 	DrainTimeout Duration `yaml:"drain_timeout"`
+	// Coordination is where runners register, hold their shard locks and
+	// read the dynamic config: "etcd" (the default; the etcd section says
+	// how to reach it) or "s3" (conditional writes in the S3 bucket, under
+	// the S3 prefix + "coord/"; no etcd section needed, the s3coord
+	// section tunes it). Every runner and client of a cluster must name
+	// the same one: the two keep separate records.
+	Coordination string `yaml:"coordination"`
 
 	Etcd       EtcdConfig       `yaml:"etcd"`
 	S3         S3Config         `yaml:"s3"`
+	S3Coord    S3CoordConfig    `yaml:"s3coord"`
 	Lease      LeaseConfig      `yaml:"lease"`
 	Detachment DetachmentConfig `yaml:"detachment"`
 	Sharding   ShardingConfig   `yaml:"sharding"`
@@ -141,6 +150,29 @@ type S3Config struct {
 	SessionToken   string   `yaml:"session_token"`
 	RequestTimeout Duration `yaml:"request_timeout"` // default 10s
 }
+
+// Coordination backends (Config.Coordination).
+const (
+	// CoordinationEtcd coordinates through etcd: leases, watches.
+	CoordinationEtcd = "etcd"
+	// CoordinationS3 coordinates through conditional writes in the S3
+	// bucket, polled: no server beside the bucket.
+	CoordinationS3 = "s3"
+)
+
+// S3CoordConfig tunes coordination on S3 (coordination: s3); unused on
+// etcd. The poll interval bounds how soon a runner sees another's change
+// (a join, a released or expired lock, a dynamic config write, a wake-up):
+// it polls at PollMin right after a change and backs off towards PollMax
+// while nothing changes. A shorter PollMax costs more LIST requests per
+// idle runner; a longer one slows failover and handoff.
+type S3CoordConfig struct {
+	PollMin Duration `yaml:"poll_min"` // default 100ms
+	PollMax Duration `yaml:"poll_max"` // default 2s; below lease.ttl
+}
+
+// UsesEtcd reports whether the config coordinates through etcd.
+func (c Config) UsesEtcd() bool { return c.Coordination != CoordinationS3 }
 
 // LeaseConfig tunes the runner lease. The keep-alive interval and timeout
 // left zero follow the TTL (Config.WithDefaults).
@@ -289,6 +321,11 @@ func DefaultConfig() Config {
 		ShardGroups:  []string{"default"},
 		AdminAddr:    "127.0.0.1:9310",
 		DrainTimeout: Duration(30 * time.Second),
+		Coordination: CoordinationEtcd,
+		S3Coord: S3CoordConfig{
+			PollMin: Duration(s3coord.DefaultMinPollInterval),
+			PollMax: Duration(s3coord.DefaultMaxPollInterval),
+		},
 		Etcd: EtcdConfig{
 			DialTimeout:    Duration(5 * time.Second),
 			RequestTimeout: Duration(5 * time.Second),

@@ -110,7 +110,7 @@ func UpdateDynamicConfig(ctx context.Context, st DynamicConfigStore, change func
 			// still the base of the change: the checks below run on the
 			// result.
 			if cur, err = ParseDynamicDoc(cv.Value); err != nil && cur.Version == 0 {
-				return DynamicDoc{}, 0, fmt.Errorf("the stored dynamic config (etcd revision %d) does not decode; fix or delete it with etcdctl: %w", cv.Revision, OneLine(err))
+				return DynamicDoc{}, 0, fmt.Errorf("the stored dynamic config (revision %d) does not decode; fix or delete it (etcdctl on etcd, the config object under coord/ on S3): %w", cv.Revision, OneLine(err))
 			}
 		}
 		next, err := change(cur)

@@ -3,16 +3,104 @@ package runner
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 	s3store "github.com/tenurehq/tenure/storage/s3"
+	"github.com/tenurehq/tenure/storage/s3coord"
 )
 
 // How a runner and its clients reach etcd and S3 from the configuration.
+
+// CoordPrefix is the key prefix of the coordination objects on S3
+// (coordination: s3), inside the cluster's S3 prefix: task, state and
+// listing code lists below tasks/, entities/ and the like, never the bare
+// cluster prefix, so the two never see each other's objects.
+func CoordPrefix(cfg Config) string { return S3Prefix(cfg) + "coord/" }
+
+// OpenRunnerStore opens the runner-storage port cfg.Coordination names:
+// the configured etcd (DialEtcd, with log), or a store on conditional
+// writes in the configured bucket under CoordPrefix, with the S3 request
+// timeout and the s3coord poll bounds. The S3 one makes no request, so an
+// unreachable bucket shows on the first call; sopts add to its object
+// store's options (an observer for the S3 metrics).
+func OpenRunnerStore(ctx context.Context, cfg Config, log *slog.Logger, sopts ...s3store.Option) (storage.RunnerStore, error) {
+	if cfg.UsesEtcd() {
+		return DialEtcd(ctx, cfg, etcd.WithLogger(log))
+	}
+	client, err := s3store.NewClient(ctx, s3ClientConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return coordStore(client, cfg, log, sopts...)
+}
+
+// coordStore is the S3 runner store through client (coordination: s3).
+func coordStore(client *awss3.Client, cfg Config, log *slog.Logger, sopts ...s3store.Option) (storage.RunnerStore, error) {
+	opts := append([]s3store.Option{s3store.WithPrefix(CoordPrefix(cfg)), s3store.WithRequestTimeout(cfg.S3.RequestTimeout.Std())}, sopts...)
+	obj, err := s3store.New(client, cfg.S3.Bucket, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("coordination on S3: %w", err)
+	}
+	return s3coord.New(obj,
+		s3coord.WithRequestTimeout(cfg.S3.RequestTimeout.Std()),
+		s3coord.WithPollInterval(cfg.S3Coord.PollMin.Std(), cfg.S3Coord.PollMax.Std()),
+		s3coord.WithEndpoint(s3Where(client.Options(), cfg.S3.Bucket)),
+		s3coord.WithLogger(log))
+}
+
+// s3Where names a bucket's place for error messages: its endpoint and
+// name, as the S3 store's own errors do.
+func s3Where(o awss3.Options, bucket string) string {
+	base := aws.ToString(o.BaseEndpoint)
+	if base == "" {
+		base = "https://s3." + o.Region + ".amazonaws.com"
+	}
+	return strings.TrimSuffix(base, "/") + "/" + bucket
+}
+
+// coordRequestTimeout bounds one request to the coordination backend.
+func (c Config) coordRequestTimeout() time.Duration {
+	if c.UsesEtcd() {
+		return c.Etcd.RequestTimeout.Std()
+	}
+	return c.S3.RequestTimeout.Std()
+}
+
+// CoordinationWhere names where a cluster's coordination records live, for
+// messages: "etcd http://127.0.0.1:2379 under /tenure/default/", or "S3
+// bucket tenure at http://127.0.0.1:23900 under tenure/default/coord/".
+func CoordinationWhere(cfg Config) string {
+	if cfg.UsesEtcd() {
+		return fmt.Sprintf("etcd %s under %s", strings.Join(cfg.Etcd.Endpoints, ","), EtcdPrefix(cfg.Cluster))
+	}
+	at := cfg.S3.Endpoint
+	if at == "" {
+		at = "AWS"
+		if cfg.S3.Region != "" {
+			at += " " + cfg.S3.Region
+		}
+	}
+	return fmt.Sprintf("S3 bucket %s at %s under %s", cfg.S3.Bucket, at, CoordPrefix(cfg))
+}
+
+// CoordinationBackend names the configured coordination backend for
+// messages: "etcd" or "S3".
+func CoordinationBackend(cfg Config) string {
+	if cfg.UsesEtcd() {
+		return "etcd"
+	}
+	return "S3"
+}
 
 // EtcdPrefix is a cluster's etcd key prefix.
 func EtcdPrefix(cluster string) string { return "/tenure/" + cluster + "/" }
@@ -102,4 +190,34 @@ func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 	}
 	return clientFiles(&tls.Config{ServerName: c.ServerName, MinVersion: tls.VersionTLS12}, "etcd.ca_file", c.CAFile,
 		"etcd.cert_file/key_file", c.CertFile, c.KeyFile)
+}
+
+// ErrOtherBackend reports a runner on etcd whose bucket holds the
+// cluster's coordination records on S3: runners of one cluster on both
+// backends would each see only their own kind, and both would own every
+// shard.
+var ErrOtherBackend = errors.New("runner: the cluster coordinates on the other backend")
+
+// checkBackend refuses to start a runner on etcd when the cluster's
+// bucket holds an S3 coordination meta (the first S3 runner writes it):
+// with one HEAD, it catches a runner started with the old setting during a
+// move to S3, or a config that lost its coordination key. The other way
+// round cannot be checked from S3 without etcd settings, which an S3
+// config need not have; the docs say to stop every runner before a move.
+func (r *Runner) checkBackend(ctx context.Context) error {
+	if !r.cfg.UsesEtcd() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.S3.RequestTimeout.Std())
+	defer cancel()
+	key := "coord/meta"
+	_, err := r.obj.Head(ctx, key)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("runner %s: checking for coordination records on S3: %w", r.cfg.RunnerID, err)
+	}
+	return fmt.Errorf("runner %s: cluster %q: %w: coordination is etcd here, but the bucket holds %s%s, written by a runner with coordination: s3; runners on both would each own every shard. Set coordination: s3, or, to move the cluster back to etcd, stop every runner and delete the objects under %s",
+		r.cfg.RunnerID, r.cfg.Cluster, ErrOtherBackend, S3Prefix(r.cfg), key, CoordPrefix(r.cfg))
 }

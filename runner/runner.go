@@ -26,7 +26,6 @@ import (
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
-	"github.com/tenurehq/tenure/storage/etcd"
 	s3store "github.com/tenurehq/tenure/storage/s3"
 )
 
@@ -46,7 +45,7 @@ type Runner struct {
 	tracer   trace.TracerProvider
 	started  time.Time
 
-	rs    *etcd.Store
+	rs    storage.RunnerStore // etcd or S3, as cfg.Coordination says
 	obj   *s3store.Store
 	tasks *task.Store
 	host  *entity.Host
@@ -284,7 +283,10 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.Etcd.RequestTimeout.Std())
+	if err := r.checkBackend(ctx); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.coordRequestTimeout())
 	meta := storage.ClusterMeta{Shards: r.cfg.Shards, Groups: sortedGroups(r.cfg.ShardGroups), Hash: r.clusterProcedure(cctx)}
 	stored, err := r.rs.EnsureMeta(cctx, meta)
 	cancel()
@@ -414,16 +416,19 @@ func (r *Runner) closeHost() {
 	}
 }
 
-// connect dials etcd and S3 and checks the bucket.
+// connect opens the coordination store (etcd or S3) and the S3 store, and
+// checks the bucket.
 func (r *Runner) connect(ctx context.Context) error {
 	var err error
 	// The lease's keep-alive cadence (lease.keepalive_*) is the sharding
-	// manager's: it reaches it through ShardingConfig.
-	r.rs, err = DialEtcd(ctx, r.cfg, etcd.WithLogger(r.log))
+	// manager's: it reaches it through ShardingConfig. On S3 the
+	// coordination requests count in the same S3 metrics as the tasks'.
+	observe := s3store.WithObserver(s3store.MetricsObserver(r.reg))
+	r.rs, err = OpenRunnerStore(ctx, r.cfg, r.log, observe)
 	if err != nil {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
 	}
-	r.obj, err = OpenObjectStore(ctx, r.cfg, s3store.WithObserver(s3store.MetricsObserver(r.reg)))
+	r.obj, err = OpenObjectStore(ctx, r.cfg, observe)
 	if err != nil {
 		r.rs.Close()
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)

@@ -36,7 +36,7 @@ func (r *Runner) recordTransition(t detachment.Transition) {
 	}
 	if t.Kind == detachment.Detached || t.Kind == detachment.WouldDetach {
 		if t.Reason == detachment.ReasonStorageError {
-			se := console.Event{At: t.At, Kind: console.EventStorageError, Generation: t.Generation, Detail: "etcd failed past the storage error grace"}
+			se := console.Event{At: t.At, Kind: console.EventStorageError, Generation: t.Generation, Detail: "the coordination store (" + CoordinationBackend(r.cfg) + ") failed past the storage error grace"}
 			if t.Err != nil {
 				se.Detail = t.Err.Error()
 			}

@@ -36,17 +36,13 @@ func (c Config) Validate() error {
 			bad("groups", g, "must match "+validName.String())
 		}
 	}
-	if len(c.Etcd.Endpoints) == 0 {
-		bad("etcd.endpoints", "[]", "at least one endpoint is required")
-	}
-	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
-		bad("etcd.cert_file", c.Etcd.CertFile, "cert_file and key_file go together")
-	}
-	if err := c.Etcd.checkSchemes(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Etcd.DialTimeout <= 0 || c.Etcd.RequestTimeout <= 0 {
-		bad("etcd.request_timeout", c.Etcd.RequestTimeout, "dial and request timeouts must be > 0")
+	switch c.Coordination {
+	case CoordinationEtcd:
+		errs = append(errs, c.validateEtcd()...)
+	case CoordinationS3:
+		errs = append(errs, c.validateS3Coord()...)
+	default:
+		bad("coordination", c.Coordination, "must be etcd or s3")
 	}
 	if c.S3.Bucket == "" {
 		bad("s3.bucket", `""`, "required")
@@ -92,6 +88,50 @@ func (c Config) Validate() error {
 		errs = append(errs, componentErrors(err)...)
 	}
 	return errors.Join(errs...)
+}
+
+// validateEtcd checks the etcd section, which coordination on etcd needs
+// (and coordination on S3 ignores).
+func (c Config) validateEtcd() []error {
+	var errs []error
+	bad := func(key string, v any, rule string) {
+		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, key, v, rule))
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		bad("etcd.endpoints", "[]", "at least one endpoint is required (or coordination: s3, which needs no etcd)")
+	}
+	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
+		bad("etcd.cert_file", c.Etcd.CertFile, "cert_file and key_file go together")
+	}
+	if err := c.Etcd.checkSchemes(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Etcd.DialTimeout <= 0 || c.Etcd.RequestTimeout <= 0 {
+		bad("etcd.request_timeout", c.Etcd.RequestTimeout, "dial and request timeouts must be > 0")
+	}
+	return errs
+}
+
+// validateS3Coord checks the s3coord section. A poll interval past the
+// lease TTL would leave a runner blind to a change (an expired lock, a
+// drain) for longer than a lease lives, which makes failover as slow as
+// the polling, not the TTL.
+func (c Config) validateS3Coord() []error {
+	var errs []error
+	bad := func(key string, v any, rule string) {
+		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, key, v, rule))
+	}
+	p := c.S3Coord
+	if p.PollMin <= 0 {
+		bad("s3coord.poll_min", p.PollMin, "must be > 0")
+	}
+	if p.PollMax < p.PollMin {
+		bad("s3coord.poll_max", p.PollMax, fmt.Sprintf("must be ≥ s3coord.poll_min (%s)", p.PollMin))
+	}
+	if ttl := c.Lease.TTL; ttl > 0 && p.PollMax >= ttl {
+		bad("s3coord.poll_max", p.PollMax, fmt.Sprintf("must be < lease.ttl (%s): changes would go unseen longer than a lease lives", ttl))
+	}
+	return errs
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

@@ -205,7 +205,7 @@ func watchCallShard(ctx context.Context, cli *CLI, conn *Conn, shard storage.Sha
 			return
 		case <-timer.C:
 		}
-		v, err := viewShard(wctx, conn.Etcd, shard)
+		v, err := viewShard(wctx, conn.Store, shard)
 		if err != nil || wctx.Err() != nil {
 			return
 		}

@@ -55,7 +55,8 @@ const ConfigEnv = runner.ConfigEnv
 // ErrNoConfig reports that no config was given and none was found.
 var ErrNoConfig = errors.New("no config: run `tenure dev` here, pass --config or set " + ConfigEnv)
 
-// ErrNotInitialised reports a cluster whose meta is not in etcd yet.
+// ErrNotInitialised reports a cluster whose meta is not in its
+// coordination store (etcd or S3) yet.
 var ErrNotInitialised = runner.ErrClusterNotFound
 
 // devConfigPath is where `tenure dev` writes its config, relative to the
@@ -139,10 +140,11 @@ func (c *CLI) warnUnknownEnv(cfg runner.Config) {
 	}
 }
 
-// Conn is a client's connection to a cluster: its etcd (runners, locks,
-// meta, dynamic config, wake-ups), its S3 bucket and a task client.
+// Conn is a client's connection to a cluster: its coordination store
+// (runners, locks, meta, dynamic config, wake-ups; etcd or S3), its S3
+// bucket and a task client.
 type Conn struct {
-	EtcdConn
+	CoordConn
 	Objects storage.ObjectStore
 	Tasks   *task.Client
 	// Group is the shard group tasks are submitted to by default: "default"
@@ -152,17 +154,18 @@ type Conn struct {
 	client *runner.Client
 }
 
-// Close closes the task client and the etcd connection (the S3 client
+// Close closes the task client and the coordination store (the S3 client
 // holds nothing to close).
-func (c *Conn) Close() error { return errors.Join(c.client.Close(), c.Etcd.Close()) }
+func (c *Conn) Close() error { return errors.Join(c.client.Close(), c.Store.Close()) }
 
-// Connect dials the cluster of cfg: etcd under /tenure/<cluster>/ and the
+// Connect dials the cluster of cfg: its coordination store (etcd under
+// /tenure/<cluster>/, or the bucket under the S3 prefix + coord/) and the
 // S3 bucket under its prefix, with a task client placed by the cluster
-// meta (runner.Connect, on the CLI's etcd connection; opts add to its
+// meta (runner.Connect, on the CLI's coordination store; opts add to its
 // options, e.g. runner.WithGroup). A cluster no runner has started yet
 // gives ErrNotInitialised. No S3 request is made.
 func (c *CLI) Connect(ctx context.Context, cfg runner.Config, opts ...runner.ClientOption) (*Conn, error) {
-	rs, err := c.dialEtcd(ctx, cfg)
+	rs, err := c.openCoord(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -170,13 +173,13 @@ func (c *CLI) Connect(ctx context.Context, cfg runner.Config, opts ...runner.Cli
 	// else its first), not the first one the config's runners serve.
 	cfg.Groups = nil
 	logger := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts = append([]runner.ClientOption{runner.WithEtcdClient(rs.Client()), runner.WithClientLogger(logger)}, opts...)
+	opts = append([]runner.ClientOption{runner.WithRunnerStore(rs), runner.WithClientLogger(logger)}, opts...)
 	client, err := runner.Connect(ctx, cfg, opts...)
 	if err != nil {
 		rs.Close()
 		return nil, err
 	}
-	return &Conn{EtcdConn: EtcdConn{Config: cfg, Meta: client.Meta(), Etcd: rs}, Objects: client.Store().Objects(),
+	return &Conn{CoordConn: CoordConn{Config: cfg, Meta: client.Meta(), Store: rs}, Objects: client.Store().Objects(),
 		Tasks: client.Client, Group: client.Group(), client: client}, nil
 }
 

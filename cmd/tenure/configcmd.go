@@ -18,10 +18,10 @@ import (
 
 	"github.com/tenurehq/tenure/runner"
 	"github.com/tenurehq/tenure/storage"
-	"github.com/tenurehq/tenure/storage/etcd"
 )
 
-const configLong = `The dynamic config (the etcd key /tenure/<cluster>/config) changes the
+const configLong = `The dynamic config (the etcd key /tenure/<cluster>/config, or with
+coordination: s3 an object under the S3 prefix + coord/) changes the
 detachment settings of running runners without a restart.
 `
 
@@ -30,7 +30,7 @@ runner gets, the canary settings of a change in progress and the percentage
 of runners it reaches, and for every live runner its rollout bucket, which
 layer it gets, the version it runs and, when it refused a document, why
 (from its admin endpoint, GET /debug/status, 1s timeout). -o json prints
-the document with its etcd "revision" and "runners": [{"id", "bucket",
+the document with its "revision" (etcd's, or the S3 backend's) and "runners": [{"id", "bucket",
 "canary", "reachable", "config_version", "config_error"}]
 ("config_version" null when the runner did not answer).
 `
@@ -49,9 +49,9 @@ own (unknown key, bad value), then by every live runner's own check on the
 settings it reports (/debug/status "static_config"): a margin that leaves a
 runner's keep-alive no time to renew before its cutoff is refused naming
 the runner and the bound. A runner whose admin endpoint does not answer is
-checked against its lease TTL in etcd with the keep-alive settings that
+checked against its lease TTL (as the coordination store says) with the keep-alive settings that
 follow from it. Runners that start later check the document themselves.
-It is written with a compare-and-swap on its etcd revision, retried when
+It is written with a compare-and-swap on its revision, retried when
 someone else wrote first. Every write increments the version, which
 runners export as tenure_runner_config_version. Then it waits up to 3s for
 the runners that answer to apply it, and fails (exit status 1, the document
@@ -95,7 +95,7 @@ func newConfigCmd(cli *CLI) *cobra.Command {
 }
 
 // ConfigReport is the output of `tenure config get -o json` (and set): the stored
-// document (runner.DynamicDoc's fields), its etcd revision (0: absent) and
+// document (runner.DynamicDoc's fields), its revision (0: absent) and
 // the live runners with the layer each gets.
 type ConfigReport struct {
 	Revision int64 `json:"revision"`
@@ -260,10 +260,10 @@ func awaitApplied(ctx context.Context, adm *admin, live []liveRunner, rev int64)
 	return live
 }
 
-// configConn is what `config` works with: the cluster's etcd, and the
-// runners' admin endpoints.
+// configConn is what `config` works with: the cluster's coordination
+// store, and the runners' admin endpoints.
 type configConn struct {
-	rs  *etcd.Store
+	rs  storage.RunnerStore
 	adm *admin
 }
 
@@ -272,11 +272,12 @@ func (c *configConn) close() {
 	c.rs.Close()
 }
 
-// configConn connects to the cluster's etcd only: `config` needs neither
-// S3 nor an initialised cluster (the rollout can be staged before the
+// configConn connects to the cluster's coordination store only: `config`
+// needs no task storage (on etcd, no S3 settings at all) nor an
+// initialised cluster (the rollout can be staged before the
 // first runner starts).
 func (c *CLI) configConn(ctx context.Context) (*configConn, error) {
-	cfg, err := c.LoadEtcdConfig()
+	cfg, err := c.LoadCoordConfig()
 	if err != nil {
 		return nil, flatten(err)
 	}
@@ -284,7 +285,7 @@ func (c *CLI) configConn(ctx context.Context) (*configConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := c.dialEtcd(ctx, cfg)
+	rs, err := c.openCoord(ctx, cfg)
 	if err != nil {
 		adm.close()
 		return nil, flatten(err)
@@ -341,7 +342,7 @@ func printConfig(w io.Writer, rep *ConfigReport) {
 	if rep.Revision == 0 {
 		fmt.Fprintln(w, "no dynamic config (version 0): runners run their own config")
 	} else {
-		fmt.Fprintf(w, "dynamic config version %d (etcd revision %d), updated %s by %s\n",
+		fmt.Fprintf(w, "dynamic config version %d (revision %d), updated %s by %s\n",
 			rep.Version, rep.Revision, rep.UpdatedAt.UTC().Format(time.RFC3339), orDash(rep.UpdatedBy))
 	}
 	if rep.Error != "" {

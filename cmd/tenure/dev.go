@@ -44,6 +44,13 @@ writes the cluster meta (64 shards, the groups of --shard-groups, default
 "default") as the first runner would, so that tasks can be submitted before
 one starts.
 
+--coordination s3 starts no etcd: the runners coordinate through
+conditional writes in the embedded S3 bucket (coordination: s3 in the
+config it writes), and every other command works the same. The two
+backends keep separate coordination records: a --data directory used with
+both has a cluster on each, sharing the tasks and entity state in S3, so
+pick one per directory.
+
 The config holds a random admin token (admin.token, kept across restarts of
 the same --data): the runners require it on their mutating admin endpoints
 (drain, pprof) and the other commands send it. It also opens the runners'
@@ -52,14 +59,15 @@ this local cluster). Once the runners have
 connected, it prints the endpoints on stdout, with the web console's
 address on the first runner (its fragment carries the admin token, which
 the page keeps for the session); with -o json, one JSON line: event
-"ready", cluster, etcd, s3, bucket, config, runners [{id, admin_addr}],
-console_url. Logs go to stderr.
+"ready", cluster, coordination, etcd ("" on S3), s3, bucket, config,
+runners [{id, admin_addr}], console_url. Logs go to stderr.
 `
 
 // devFlags are the flags of `tenure dev`.
 type devFlags struct {
 	runners, adminBase                    int
 	data, out, etcdAddr, etcdPeer, s3Addr string
+	coordination                          string
 	shardGroups                           []string
 }
 
@@ -67,10 +75,13 @@ func newDevCmd(cli *CLI) *cobra.Command {
 	var f devFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "start a local cluster: embedded etcd, embedded S3 and N runners",
+		Short: "start a local cluster: embedded etcd (unless --coordination s3), embedded S3 and N runners",
 		Long:  devLong,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.coordination != runner.CoordinationEtcd && f.coordination != runner.CoordinationS3 {
+				return usagef("--coordination %q: must be etcd or s3", f.coordination)
+			}
 			if f.runners < 0 || f.runners > 50 {
 				return usagef("--runners %d: must be in [0, 50]", f.runners)
 			}
@@ -89,6 +100,7 @@ func newDevCmd(cli *CLI) *cobra.Command {
 	fs.StringVar(&f.etcdAddr, "etcd-addr", devEtcdClient, "embedded etcd client address")
 	fs.StringVar(&f.etcdPeer, "etcd-peer-addr", devEtcdPeer, "embedded etcd peer address")
 	fs.StringVar(&f.s3Addr, "s3-addr", devS3, "embedded S3 address")
+	fs.StringVar(&f.coordination, "coordination", runner.CoordinationEtcd, "coordination backend: etcd (embedded) or s3 (the embedded S3 bucket, no etcd)")
 	fs.IntVar(&f.adminBase, "admin-base-port", devAdminBase, "admin port of the first in-process runner (the next ones follow)")
 	fs.StringSliceVar(&f.shardGroups, "shard-groups", []string{storage.DefaultGroup},
 		"the cluster's shard groups (fixed for its life): one per service whose runners host types of their own; the in-process runners serve all")
@@ -100,9 +112,12 @@ func newDevCmd(cli *CLI) *cobra.Command {
 type DevReady struct {
 	Event   string `json:"event"` // "ready"
 	Cluster string `json:"cluster"`
-	Etcd    string `json:"etcd"`
-	S3      string `json:"s3"`
-	Bucket  string `json:"bucket"`
+	// Coordination is the coordination backend: "etcd" or "s3".
+	Coordination string `json:"coordination"`
+	// Etcd is the embedded etcd's endpoint; "" on S3.
+	Etcd   string `json:"etcd"`
+	S3     string `json:"s3"`
+	Bucket string `json:"bucket"`
 	// Config is the config file it wrote (absolute): pass it with
 	// --config or TENURE_CONFIG from another directory.
 	Config  string           `json:"config"`
@@ -143,11 +158,15 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 		return err
 	}
 
-	etcdSrv, err := embedded.StartEtcd(embedded.EtcdConfig{Dir: filepath.Join(dir, "etcd"), ClientAddr: f.etcdAddr, PeerAddr: f.etcdPeer})
-	if err != nil {
-		return fmt.Errorf("%w (is another tenure dev running?)", err)
+	etcdEndpoint := ""
+	if f.coordination == runner.CoordinationEtcd {
+		etcdSrv, err := embedded.StartEtcd(embedded.EtcdConfig{Dir: filepath.Join(dir, "etcd"), ClientAddr: f.etcdAddr, PeerAddr: f.etcdPeer})
+		if err != nil {
+			return fmt.Errorf("%w (is another tenure dev running?)", err)
+		}
+		defer etcdSrv.Close()
+		etcdEndpoint = etcdSrv.Endpoint()
 	}
-	defer etcdSrv.Close()
 	s3Srv, err := embedded.StartS3(embedded.S3Config{Dir: filepath.Join(dir, "s3"), Addr: f.s3Addr, AccessKey: devAccessKey, SecretKey: devSecretKey})
 	if err != nil {
 		return fmt.Errorf("%w (is another tenure dev running?)", err)
@@ -156,18 +175,18 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 	if err := ensureBucket(ctx, s3Srv); err != nil {
 		return err
 	}
-	base := devConfig(etcdSrv.Endpoint(), s3Srv)
+	base := devConfig(etcdEndpoint, s3Srv)
 	base.ShardGroups = slices.Sorted(slices.Values(f.shardGroups))
 	base.Admin.Token = token
 	// A local dev cluster: its HTTP entity calls need no credential.
 	base.Call.HTTP.Open = true
-	if err := initDevMeta(ctx, base); err != nil {
+	if err := initDevMeta(ctx, cli, base); err != nil {
 		return err
 	}
 	if err := writeDevConfig(cfgPath, base); err != nil {
 		return err
 	}
-	ready := DevReady{Event: "ready", Cluster: devCluster, Etcd: etcdSrv.Endpoint(), S3: s3Srv.Endpoint(), Bucket: devBucket,
+	ready := DevReady{Event: "ready", Cluster: devCluster, Coordination: base.Coordination, Etcd: etcdEndpoint, S3: s3Srv.Endpoint(), Bucket: devBucket,
 		Config: cfgPath, Runners: []DevReadyRunner{}}
 
 	ctx, stop := signalContext(ctx, cli)
@@ -222,8 +241,12 @@ func dev(ctx context.Context, cli *CLI, f devFlags) error {
 // them at it.
 func devText(r DevReady, defaultPath bool) string {
 	var b strings.Builder
+	etcd := r.Etcd
+	if etcd == "" {
+		etcd = "none (coordination on S3)"
+	}
 	fmt.Fprintf(&b, "tenure dev: cluster %q\n  etcd   %s\n  s3     %s (bucket %s, path-style, key %s)\n  config %s\n",
-		r.Cluster, r.Etcd, r.S3, r.Bucket, devAccessKey, r.Config)
+		r.Cluster, etcd, r.S3, r.Bucket, devAccessKey, r.Config)
 	for _, rr := range r.Runners {
 		fmt.Fprintf(&b, "  runner %s admin http://%s\n", rr.ID, rr.AdminAddr)
 	}
@@ -286,8 +309,8 @@ func devToken(path string) (string, error) {
 // runner took them) before the first `tenure run`, whose config is the
 // same file. A meta already there (an earlier start, an older procedure)
 // is left for the runners to check.
-func initDevMeta(ctx context.Context, cfg runner.Config) error {
-	rs, err := runner.DialEtcd(ctx, cfg)
+func initDevMeta(ctx context.Context, cli *CLI, cfg runner.Config) error {
+	rs, err := cli.openCoord(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -302,12 +325,17 @@ func initDevMeta(ctx context.Context, cfg runner.Config) error {
 	return nil
 }
 
-// devConfig is the config the dev cluster's runners and clients share.
+// devConfig is the config the dev cluster's runners and clients share:
+// coordination on etcd at etcdEndpoint, or on S3 when it is "".
 func devConfig(etcdEndpoint string, s3 *embedded.S3) runner.Config {
 	c := runner.DefaultConfig()
 	c.Cluster = devCluster
 	c.Shards = devShards
-	c.Etcd.Endpoints = []string{etcdEndpoint}
+	if etcdEndpoint == "" {
+		c.Coordination = runner.CoordinationS3
+	} else {
+		c.Etcd.Endpoints = []string{etcdEndpoint}
+	}
 	c.S3.Endpoint = s3.Endpoint()
 	c.S3.Region = s3.Region()
 	c.S3.Bucket = devBucket
@@ -322,9 +350,13 @@ type devFile struct {
 	Cluster     string   `yaml:"cluster"`
 	Shards      int      `yaml:"shards"`
 	ShardGroups []string `yaml:"shard_groups,omitempty"`
-	Etcd        struct {
+	// Coordination is written only for S3: a file without it reads as
+	// etcd, as older versions wrote it.
+	Coordination string `yaml:"coordination,omitempty"`
+	// Etcd is nil on S3, which needs no etcd section.
+	Etcd *struct {
 		Endpoints []string `yaml:"endpoints"`
-	} `yaml:"etcd"`
+	} `yaml:"etcd,omitempty"`
 	S3 struct {
 		Endpoint  string `yaml:"endpoint"`
 		Region    string `yaml:"region"`
@@ -353,7 +385,13 @@ func writeDevConfig(path string, c runner.Config) error {
 	if !slices.Equal(c.ShardGroups, []string{storage.DefaultGroup}) {
 		f.ShardGroups = c.ShardGroups
 	}
-	f.Etcd.Endpoints = c.Etcd.Endpoints
+	if c.UsesEtcd() {
+		f.Etcd = &struct {
+			Endpoints []string `yaml:"endpoints"`
+		}{c.Etcd.Endpoints}
+	} else {
+		f.Coordination = c.Coordination
+	}
 	f.S3.Endpoint, f.S3.Region, f.S3.Bucket, f.S3.PathStyle = c.S3.Endpoint, c.S3.Region, c.S3.Bucket, c.S3.PathStyle
 	f.S3.AccessKey, f.S3.SecretKey = c.S3.AccessKey, c.S3.SecretKey
 	f.Admin.Token = c.Admin.Token

@@ -20,8 +20,8 @@ its shards to the other runners, and it releases them one by one, each
 after its running tasks are interrupted and put back to pending, so the
 new owner starts them at once. The runner stays up, owning nothing.
 
-Then it waits up to --wait until the runner holds no shard lock in etcd
-and reports owning none, and fails naming what is left if it still owns
+Then it waits up to --wait until the runner holds no shard lock (in etcd,
+or S3 with coordination: s3) and reports owning none, and fails naming what is left if it still owns
 shards then (exit status 3: the drain goes on). --wait 0 only asks. -o json prints {"runner", "shards_moved",
 "shards_left", "drained", "waited_seconds"} (also when the wait ran out).
 `
@@ -69,11 +69,11 @@ type DrainReport struct {
 
 // drain runs `tenure drain`: etcd and the runner's admin endpoint only.
 func drain(ctx context.Context, cli *CLI, id string, wait time.Duration, asJSON bool) error {
-	cfg, err := cli.LoadEtcdConfig()
+	cfg, err := cli.LoadCoordConfig()
 	if err != nil {
 		return flatten(err)
 	}
-	rs, err := cli.dialEtcd(ctx, cfg)
+	rs, err := cli.openCoord(ctx, cfg)
 	if err != nil {
 		return flatten(err)
 	}

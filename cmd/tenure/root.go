@@ -11,8 +11,9 @@ import (
 )
 
 // rootLong is the description `tenure --help` prints.
-const rootLong = `Tenure runs sharded, stateful services: runners own shards through etcd and
-execute durable tasks stored in S3, only while their lease is safely alive.
+const rootLong = `Tenure runs sharded, stateful services: runners own shards through etcd (or
+S3 alone, with coordination: s3) and execute durable tasks stored in S3,
+only while their lease is safely alive.
 
 The config file is --config, else $TENURE_CONFIG, else
 ./.tenure-dev/tenure.yaml (written by ` + "`tenure dev`" + `); TENURE_* variables

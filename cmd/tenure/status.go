@@ -25,14 +25,16 @@ owned, lease deadline lag, detachment mode, the dynamic config version it
 runs and why it refused a newer one), the types each runner hosts (from its
 membership record) and who holds the shards.
 
-Ownership comes from the shard locks in etcd, which are authoritative.
+Ownership comes from the shard locks in the coordination store (etcd, or
+S3 with coordination: s3), which are authoritative.
 Attachment, lag, mode and config come from each runner's admin endpoint
 (GET /debug/status, 1s timeout); an unreachable runner shows them as
 unknown (null in JSON) and is not an error. A runner that does not answer
 but whose lease is alive (killed, hung, or cut off from this machine)
 still holds its shard locks: its shards are counted as held by an
-unreachable runner, with the most time its lease has left (etcd's lease
-TTL, counted in whole seconds: an upper bound). No other runner takes
+unreachable runner, with the most time its lease has left (the lease's
+TTL as the coordination store counts it, in whole seconds on etcd: an
+upper bound). No other runner takes
 them before that lease ends, unless the runner renews it. The summary
 line reads, for instance:
 
@@ -45,7 +47,7 @@ none renamed or removed):
     "cluster": "dev",               cluster name
     "shards": 64,                   shards per group
     "groups": ["default"],          shard groups
-    "config_version": 3,            dynamic config version in etcd (0: none)
+    "config_version": 3,            dynamic config version stored (0: none)
     "config_error": "…",            only when the stored document is invalid
     "runners": [{                   live runners, by id
       "id": "r1",
@@ -56,7 +58,7 @@ none renamed or removed):
                                     its membership record says ([]: a
                                     runner older than these records)
       "attached": true,             null when the runner is unreachable
-      "owned": 64,                  shard locks it holds in etcd
+      "owned": 64,                  shard locks it holds
       "lease_deadline_lag_seconds": 9.2,   null when unreachable
       "mode": "enforce",            detachment mode ("" when unreachable)
       "detach_reason": "",          why it is detached, if it is
@@ -178,15 +180,15 @@ func newStatusCmd(cli *CLI) *cobra.Command {
 // status runs `tenure status`: etcd and the runners' admin endpoints
 // only, so a config without S3 settings does.
 func status(ctx context.Context, cli *CLI, asJSON bool) error {
-	cfg, err := cli.LoadEtcdConfig()
+	cfg, err := cli.LoadCoordConfig()
 	if err != nil {
 		return flatten(err)
 	}
-	conn, err := cli.ConnectEtcd(ctx, cfg)
+	conn, err := cli.ConnectCoord(ctx, cfg)
 	if err != nil {
 		return flatten(err)
 	}
-	defer conn.Etcd.Close()
+	defer conn.Store.Close()
 	adm, err := newAdmin(cli, cfg)
 	if err != nil {
 		return err
@@ -205,15 +207,15 @@ func status(ctx context.Context, cli *CLI, asJSON bool) error {
 
 // gatherStatus reads the cluster's meta, runners, locks and config from
 // etcd and asks every runner for its state.
-func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*StatusReport, error) {
-	runners, _, err := conn.Etcd.Runners(ctx)
+func gatherStatus(ctx context.Context, cli *CLI, conn *CoordConn, adm *admin) (*StatusReport, error) {
+	runners, _, err := conn.Store.Runners(ctx)
 	if err != nil {
 		if !errors.Is(err, storage.ErrCorrupt) {
 			return nil, err
 		}
 		fmt.Fprintf(cli.Stderr, "warning: %v\n", flatten(err))
 	}
-	locks, _, err := conn.Etcd.ShardLocks(ctx)
+	locks, _, err := conn.Store.ShardLocks(ctx)
 	if err != nil {
 		if !errors.Is(err, storage.ErrCorrupt) {
 			return nil, err
@@ -228,7 +230,7 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 		Singletons:    []SingletonReport{},
 		UnhostedTypes: []UnhostedType{},
 	}
-	cv, err := conn.Etcd.Config(ctx)
+	cv, err := conn.Store.Config(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +252,7 @@ func gatherStatus(ctx context.Context, cli *CLI, conn *EtcdConn, adm *admin) (*S
 	rep.ShardsUnowned = conn.Meta.Shards*len(conn.Meta.Groups) - rep.ShardsOwned
 
 	seen := map[string][]string{} // unhandled type → the runners that saw it
-	for _, r := range gatherRunners(ctx, adm, conn.Etcd, runners) {
+	for _, r := range gatherRunners(ctx, adm, conn.Store, runners) {
 		rr := RunnerReport{ID: r.ID, Addr: r.Addr, Weight: r.Weight, Version: r.Version, Types: slices.Clone(r.Types),
 			Owned: owned[r.ID], Draining: r.Weight == 0}
 		if rr.Types == nil {

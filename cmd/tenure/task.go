@@ -237,7 +237,7 @@ func readInput(s string) (json.RawMessage, error) {
 // what is wrong when none reports typ; "" when one does, or when none can
 // be asked that reports its types.
 func typeWarning(ctx context.Context, conn *Conn, adm *admin, typ string) string {
-	runners, _, err := conn.Etcd.Runners(ctx)
+	runners, _, err := conn.Store.Runners(ctx)
 	if err != nil && len(runners) == 0 {
 		return ""
 	}

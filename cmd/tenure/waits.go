@@ -77,7 +77,7 @@ func taskWaitTimedOut(ctx context.Context, conn *Conn, ref string, t *task.Task,
 	}
 	msg += ": " + taskStanding(t)
 	if t.Status == task.Pending && !delayed(t) {
-		v, err := viewShard(context.WithoutCancel(ctx), conn.Etcd, t.Shard)
+		v, err := viewShard(context.WithoutCancel(ctx), conn.Store, t.Shard)
 		switch {
 		case err != nil:
 			msg += fmt.Sprintf(" (who holds its shard %s could not be read: %v)", t.Shard, err)
