@@ -17,6 +17,8 @@ import (
 	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
+	s3store "github.com/tenurehq/tenure/storage/s3"
+	"github.com/tenurehq/tenure/storage/s3coord"
 )
 
 // convergeTimeout bounds the wait for a cluster's shards to be locked as
@@ -25,14 +27,20 @@ const convergeTimeout = 60 * time.Second
 
 // cluster is one scenario's cluster (see package harness): a fresh name
 // (so fresh etcd and S3 prefixes), the settings every runner of it shares,
-// and the bench's own view of its etcd: a store and the timeline of its
-// shard locks.
+// and the bench's own view of its coordination store: a store and the
+// timeline of its shard locks.
 type cluster struct {
 	*harness.Cluster
 	env       *env
 	overrides []string // runner config keys, as key=value
-	store     *etcd.Store
-	locks     *harness.LockTimeline
+	// store is the bench's own coordination store: on etcd, etcd (also
+	// in etcd); on S3, an S3 store on the bench's own S3 connection,
+	// straight to the server, so that its polling is never counted as
+	// the runners' requests (those go through the runners' own
+	// connections, and a counting proxy where a scenario counts them).
+	store storage.RunnerStore
+	etcd  *etcd.Store // nil on S3
+	locks *harness.LockTimeline
 }
 
 // Cleanup has f run when the run ends: the harness closes a cluster's
@@ -53,6 +61,7 @@ func (e *env) newClusterWith(ctx context.Context, scenario string, shards int, l
 	if err != nil {
 		return nil, err
 	}
+	direct := in.S3Endpoint // the bench's own store skips the simulated latency
 	if in.S3Endpoint, err = e.s3Endpoint(in, lat); err != nil {
 		return nil, err
 	}
@@ -60,13 +69,24 @@ func (e *env) newClusterWith(ctx context.Context, scenario string, shards int, l
 	c := &cluster{env: e, Cluster: harness.New(e, harness.Spec{Name: name, Etcd: in.EtcdEndpoint, Prefix: runner.EtcdPrefix(name),
 		Meta: storage.ClusterMeta{Shards: shards, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName},
 		S3:   harness.S3{Endpoint: in.S3Endpoint, Region: in.S3Region, AccessKey: in.AccessKey, SecretKey: in.SecretKey, Bucket: in.Bucket}})}
-	c.overrides = append(c.RunnerConfig(in.EtcdEndpoint),
+	base := c.RunnerConfig(in.EtcdEndpoint)
+	if e.o.onS3() {
+		// No etcd section: an S3 runner needs none.
+		base = slices.DeleteFunc(base, func(kv string) bool { return strings.HasPrefix(kv, "etcd.") })
+		base = append(base, "coordination="+CoordinationS3)
+	}
+	c.overrides = append(base,
 		"lease.ttl="+LeaseTTL.String(),
 		"drain_timeout=10s",
 		"admin_addr=127.0.0.1:0",
 		"log.level=warn",
 	)
-	c.store, err = c.Store(ctx, "", etcd.WithRequestTimeout(5*time.Second))
+	if e.o.onS3() {
+		c.store, err = c.s3Store(ctx, direct)
+	} else {
+		c.etcd, err = c.Store(ctx, "", etcd.WithRequestTimeout(5*time.Second))
+		c.store = c.etcd
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", scenario, err)
 	}
@@ -77,6 +97,36 @@ func (e *env) newClusterWith(ctx context.Context, scenario string, shards int, l
 		c.locks.Wait()
 	})
 	return c, nil
+}
+
+// s3Store opens the bench's coordination store of an S3 cluster: the
+// runners' keys (runner.CoordPrefix of their config) on a connection of
+// its own to endpoint, polling at the shortest interval the runners use,
+// so that it sees a change no later than they do.
+func (c *cluster) s3Store(ctx context.Context, endpoint string) (storage.RunnerStore, error) {
+	cfg, err := c.config("bench-observer")
+	if err != nil {
+		return nil, err
+	}
+	cc := s3store.DefaultClientConfig()
+	cc.Endpoint, cc.Region, cc.UsePathStyle = endpoint, c.S3.Region, true
+	cc.AccessKey, cc.SecretKey = c.S3.AccessKey, c.S3.SecretKey
+	client, err := s3store.NewClient(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("s3 %s: %w", endpoint, err)
+	}
+	obj, err := s3store.New(client, c.S3.Bucket, s3store.WithPrefix(runner.CoordPrefix(cfg)), s3store.WithRequestTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("coordination store at %s/%s: %w", endpoint, c.S3.Bucket, err)
+	}
+	poll := cfg.S3Coord.PollMin.Std()
+	st, err := s3coord.New(obj, s3coord.WithRequestTimeout(5*time.Second), s3coord.WithPollInterval(poll, poll),
+		s3coord.WithEndpoint(endpoint+"/"+c.S3.Bucket))
+	if err != nil {
+		return nil, fmt.Errorf("coordination store at %s/%s: %w", endpoint, c.S3.Bucket, err)
+	}
+	c.env.onClose(func() { st.Close() })
+	return st, nil
 }
 
 // config returns the runner config of runner id.
@@ -90,18 +140,29 @@ func (c *cluster) config(id string, extra ...string) (runner.Config, error) {
 	return cfg, nil
 }
 
+// connectOptions are the runner.Connect options of the bench's clients:
+// on etcd, the bench's etcd client; on S3, none, so that each client opens
+// its own coordination store on its own S3 connection (as `tenure task
+// submit` does), and its requests are counted where its S3 requests are.
+func (c *cluster) connectOptions() []runner.ClientOption {
+	opts := []runner.ClientOption{runner.WithClientLogger(slog.New(slog.DiscardHandler))}
+	if c.etcd != nil {
+		opts = append(opts, runner.WithEtcdClient(c.etcd.Client()))
+	}
+	return opts
+}
+
 // client returns a task client of the cluster, on an S3 connection of its
-// own, whose submissions wake the owners through etcd, as `tenure task
-// submit` does; extra are config overrides of its S3 connection. It is
-// runner.Connect on the bench's etcd client: a runner must have created
-// the cluster meta first.
+// own, whose submissions wake the owners through the coordination store,
+// as `tenure task submit` does; extra are config overrides of its S3
+// connection. It is runner.Connect with connectOptions: a runner must have
+// created the cluster meta first.
 func (c *cluster) client(ctx context.Context, extra ...string) (*task.Client, error) {
 	cfg, err := c.config("bench-client", extra...)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := runner.Connect(ctx, cfg, runner.WithEtcdClient(c.store.Client()),
-		runner.WithClientLogger(slog.New(slog.DiscardHandler)))
+	cl, err := runner.Connect(ctx, cfg, c.connectOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -139,7 +200,7 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 		// The trials read the holders from the watched timeline: it must
 		// have caught up with the read above. A cold start that locks
 		// every shard in one burst converges before the watch delivers it.
-		return false, "the lock watch has not caught up with etcd", nil
+		return false, "the lock watch has not caught up with the coordination store", nil
 	}
 	return ok, why, nil
 }
