@@ -46,11 +46,15 @@ func TestOptionsValidate(t *testing.T) {
 		mut   func(*Options)
 		field string // "" when valid
 	}{
-		"defaults":           {func(*Options) {}, ""},
-		"negative trials":    {func(o *Options) { o.Trials = -1 }, "Trials"},
-		"too many trials":    {func(o *Options) { o.Trials = MaxTrials + 1 }, "Trials"},
-		"infra without etcd": {func(o *Options) { o.Infra = &Infra{S3Endpoint: "http://x:1"} }, "Infra.EtcdEndpoint"},
-		"infra without s3":   {func(o *Options) { o.Infra = &Infra{EtcdEndpoint: "http://x:1"} }, "Infra.S3Endpoint"},
+		"defaults":             {func(*Options) {}, ""},
+		"negative trials":      {func(o *Options) { o.Trials = -1 }, "Trials"},
+		"too many trials":      {func(o *Options) { o.Trials = MaxTrials + 1 }, "Trials"},
+		"infra without etcd":   {func(o *Options) { o.Infra = &Infra{S3Endpoint: "http://x:1"} }, "Infra.EtcdEndpoint"},
+		"infra without s3":     {func(o *Options) { o.Infra = &Infra{EtcdEndpoint: "http://x:1"} }, "Infra.S3Endpoint"},
+		"unknown coordination": {func(o *Options) { o.Coordination = "zookeeper" }, "Coordination"},
+		"s3 infra without etcd": {func(o *Options) {
+			o.Coordination, o.Infra = CoordinationS3, &Infra{S3Endpoint: "http://x:2"}
+		}, ""},
 		"half credentials": {func(o *Options) {
 			o.Infra = &Infra{EtcdEndpoint: "http://x:1", S3Endpoint: "http://x:2", AccessKey: "a"}
 		}, "Infra.AccessKey"},
@@ -219,12 +223,15 @@ func TestReportTable(t *testing.T) {
 var pkgDir, _ = os.Getwd()
 
 // sharedInfra is the tests' shared etcd and S3 servers, with a bucket of
-// the test's own.
-func sharedInfra(t *testing.T) *Infra {
+// the test's own; on coordination s3 (an optional argument) without etcd.
+func sharedInfra(t *testing.T, coordination ...string) *Infra {
 	s3 := testenv.SharedS3(t)
 	ak, sk := s3.Credentials()
-	return &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
-		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	in := &Infra{S3Endpoint: s3.Endpoint(), S3Region: s3.Region(), AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	if !slices.Contains(coordination, CoordinationS3) {
+		in.EtcdEndpoint = testenv.SharedEtcd(t).Endpoint()
+	}
+	return in
 }
 
 // TestCallScenario runs call quickly against the shared servers, with
@@ -378,4 +385,79 @@ func buildTenure(ctx context.Context, t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// TestHandoverAndCostByBackend runs failover, handoff and s3cost quickly
+// on each coordination backend against the shared servers (on S3 without
+// etcd, and detach, which needs etcd, reported as skipped): every figure
+// must be there, the report must name the backend, and on S3 the idle
+// runners' requests must include their coordination polls. Timings are
+// reported, not asserted.
+func TestHandoverAndCostByBackend(t *testing.T) {
+	for _, coord := range []string{CoordinationEtcd, CoordinationS3} {
+		t.Run(coord, func(t *testing.T) {
+			infra := sharedInfra(t, coord)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			bin := buildTenure(ctx, t)
+			scenarios := []string{ScenarioFailover, ScenarioHandoff, ScenarioS3Cost}
+			if coord == CoordinationS3 {
+				scenarios = append(scenarios, ScenarioDetach)
+			}
+			var progress strings.Builder
+			rep, err := Run(ctx, Options{Scenarios: scenarios, Quick: true, Infra: infra, Executable: bin, Coordination: coord,
+				DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+			if err != nil {
+				t.Fatalf("bench on %s: %v\n%s", coord, err, progress.String())
+			}
+			t.Logf("progress:\n%s", progress.String())
+			if rep.Settings.Coordination != coord {
+				t.Errorf("settings name coordination %q, want %q", rep.Settings.Coordination, coord)
+			}
+			for name, exit := range map[string]int{ScenarioFailover: -1, ScenarioHandoff: 0} {
+				r, ok := rep.Scenarios[name].(*HandoverResult)
+				if !ok || len(r.Trials) != 1 {
+					t.Fatalf("%s result: %#v", name, rep.Scenarios[name])
+				}
+				if tr := r.Trials[0]; tr.MS <= 0 || tr.Shards < 1 || tr.ExitCode != exit {
+					t.Errorf("%s: %+v, want shards re-owned after some time, exit code %d", name, tr, exit)
+				}
+			}
+			r, ok := rep.Scenarios[ScenarioS3Cost].(*S3CostResult)
+			if !ok {
+				t.Fatalf("s3cost result: %#v", rep.Scenarios[ScenarioS3Cost])
+			}
+			if r.PerTaskClasses.PutClass <= 0 || r.Shards != 64 || r.Runners != 3 {
+				t.Errorf("s3cost: per task %+v on %d runners, %d shards", r.PerTask, r.Runners, r.Shards)
+			}
+			if l := r.UnderLoad; l.Tasks < 1 || l.WindowS <= 0 || l.TasksPerS <= 0 || l.PerMinutePerRunner <= 0 {
+				t.Errorf("s3cost under load: %+v", l)
+			}
+			if ic := r.IdleCluster; ic.Runners != 3 || ic.Shards != 64 || ic.USD <= 0 || ic.PerMinute.PutClass <= 0 {
+				t.Errorf("s3cost idle cluster: %+v", ic)
+			}
+			if (r.Idle.Etcd == nil) != (coord == CoordinationS3) {
+				t.Errorf("s3cost idle etcd figures %+v on %s", r.Idle.Etcd, coord)
+			}
+			if coord == CoordinationS3 {
+				// Idle S3 runners poll their coordination records: LISTs
+				// at least every poll_max (2s) each, beside the shards'.
+				window := r.Idle.WindowS
+				if min := int(window/2) * r.Runners; r.Idle.Requests["list"] < min {
+					t.Errorf("s3cost idle on S3: %d LISTs in %gs, want ≥ %d (the runners' polls): %v", r.Idle.Requests["list"], window, min, r.Idle.Requests)
+				}
+				s, ok := rep.Scenarios[ScenarioDetach].(*SkippedResult)
+				if !ok || !s.Skipped || !strings.Contains(s.Reason, "etcd") {
+					t.Errorf("detach on S3: %#v, want skipped, saying why", rep.Scenarios[ScenarioDetach])
+				}
+			}
+			t.Logf("s3cost: per task %v; under load %+v; idle %+v; idle cluster %+v", r.PerTask, r.UnderLoad, r.Idle.Requests, r.IdleCluster)
+			var table strings.Builder
+			if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "coordination "+coord) ||
+				!strings.Contains(table.String(), "under load") || !strings.Contains(table.String(), "idle cluster, monthly") {
+				t.Errorf("table: %v\n%s", err, table.String())
+			}
+			t.Logf("table:\n%s", table.String())
+		})
+	}
 }

@@ -180,12 +180,17 @@ func (c *cluster) converged(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// readTimeout bounds one read of the bench's coordination store. On S3 a
+// read of every shard lock is a LIST and a GET per changed lock: on a
+// busy machine that takes seconds.
+const readTimeout = 15 * time.Second
+
 func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string, error) {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	runners, _, err := c.store.Runners(rctx)
 	if err != nil {
-		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
+		return c.readFailed("the runners", err)
 	}
 	cands, why := registeredAs(runners, want)
 	if why != "" {
@@ -193,7 +198,7 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 	}
 	holders, err := harness.Holders(rctx, c.store)
 	if err != nil {
-		return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
+		return c.readFailed("the shard locks", err)
 	}
 	ok, why := c.assigned(cands, holders)
 	if ok && c.locks != nil && !maps.Equal(c.locks.Holders(), holders) {
@@ -203,6 +208,17 @@ func (c *cluster) isConverged(ctx context.Context, want []string) (bool, string,
 		return false, "the lock watch has not caught up with the coordination store", nil
 	}
 	return ok, why, nil
+}
+
+// readFailed makes a failed read of what a convergence wait: a
+// transient one (storage.IsRetryable: a timeout, an unreachable server)
+// is a reason to wait on, and the wait's deadline ends it; any other fails
+// the wait.
+func (c *cluster) readFailed(what string, err error) (bool, string, error) {
+	if storage.IsRetryable(err) {
+		return false, fmt.Sprintf("reading %s failed: %v", what, err), nil
+	}
+	return false, "", fmt.Errorf("bench: cluster %s: reading %s: %w", c.Name, what, err)
 }
 
 // registeredAs returns the placement candidates of runners, or why not

@@ -304,11 +304,11 @@ func (c *cluster) awaitBalanced(ctx context.Context, want []string, procs map[st
 		if err := childrenAlive(procs); err != nil {
 			return false, "", err
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
 		runners, _, err := c.store.Runners(rctx)
 		cancel()
 		if err != nil {
-			return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
+			return c.readFailed("the runners", err)
 		}
 		cands, why := registeredAs(runners, want)
 		if why != "" {
