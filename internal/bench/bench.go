@@ -290,7 +290,8 @@ func (r *S3CostResult) rows() []row {
 	}
 	ic := r.IdleCluster
 	return append(rows,
-		row{"idle cluster, monthly", fmt.Sprintf("$%.2f for %d runners, %d shards over %d days (%s)", ic.USD, ic.Runners, ic.Shards, ic.Days, ic.Formula)},
+		row{"idle cluster, monthly", fmt.Sprintf("$%.2f measured for %d runners, %d shards over %d days (%s)", ic.USD, ic.Runners, ic.Shards, ic.Days, ic.Formula)},
+		row{"idle cluster, model", fmt.Sprintf("$%.2f: the task store's steady state, coordination left out (%s)", ic.ModelUSD, ic.ModelFormula)},
 		row{"monthly cost", fmt.Sprintf("$%.2f (tasks $%.2f + idle $%.2f) for %d tasks/day on %d runners", r.Cost.TotalUSD, r.Cost.TaskRequestsUSD, r.Cost.IdleRequestsUSD, r.Cost.TasksPerDay, r.Cost.Runners)},
 		row{"formula", r.Cost.Formula})
 }

@@ -154,21 +154,35 @@ type LoadFigures struct {
 // IdleClusterCost prices the idle cluster's measured requests over a month
 // of Days days at the published S3 Standard prices.
 type IdleClusterCost struct {
-	Runners int     `json:"runners"`
-	Shards  int     `json:"shards"`
-	Days    int     `json:"days"`
-	USD     float64 `json:"usd"`
+	Runners int `json:"runners"`
+	Shards  int `json:"shards"`
+	Days    int `json:"days"`
+	// USD is the measured idle window's requests (IdleFigures: scaled up
+	// when the window is short), priced.
+	USD float64 `json:"usd"`
 	// PerMinute is the whole cluster's idle requests per minute by class.
 	PerMinute Classes `json:"per_minute_by_class"`
 	Formula   string  `json:"formula"`
+	// ModelUSD prices the task store's steady state by IdleModel (the
+	// shards' reconcile and sweep LISTs, the runners' clock reads):
+	// what a window right after the trials, while the shards' listings
+	// have not backed off, or one too short to see them, does not show.
+	// It leaves out coordination on S3, which only USD counts.
+	ModelUSD     float64 `json:"model_usd"`
+	ModelFormula string  `json:"model_formula"`
 }
 
 // idleClusterCost prices perMinute, the idle requests per minute of a
 // cluster of runners runners and shards shards, over EstimateDays days.
-func idleClusterCost(runners, shards int, perMinute Classes) IdleClusterCost {
+func idleClusterCost(runners, shards int, perMinute Classes, m IdleModel) IdleClusterCost {
 	minutes := float64(60 * 24 * EstimateDays)
 	usd := minutes * perMinute.usdPer1000() / 1000
+	hours := float64(24 * EstimateDays)
+	model := hours * (float64(shards)*m.ListsPerShardHour*PricePutClass + float64(runners)*m.HeadBucketPerRunnerHour*PriceGetClass) / 1000
 	return IdleClusterCost{Runners: runners, Shards: shards, Days: EstimateDays, USD: round(usd, 2), PerMinute: perMinute,
+		ModelUSD: round(model, 2),
+		ModelFormula: fmt.Sprintf("24 h × %d days × (%d shards × %g LIST/shard/h × $%g + %d runners × %g HeadBucket/runner/h × $%g)/1000",
+			EstimateDays, shards, m.ListsPerShardHour, PricePutClass, runners, m.HeadBucketPerRunnerHour, PriceGetClass),
 		Formula: fmt.Sprintf("1440 min × %d days × (PUT-class/min × $%g + GET-class/min × $%g)/1000 = 1440 × %d × (%.4g × %g + %.4g × %g)/1000",
 			EstimateDays, PricePutClass, PriceGetClass, EstimateDays, perMinute.PutClass, PricePutClass, perMinute.GetClass, PriceGetClass)}
 }
@@ -452,7 +466,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	for op, v := range perMin {
 		wholeMin[op] = v * costRunners
 	}
-	res.IdleCluster = idleClusterCost(costRunners, costShards, classesOf(wholeMin))
+	res.IdleCluster = idleClusterCost(costRunners, costShards, classesOf(wholeMin), res.Idle.Model)
 	return res, nil
 }
 

@@ -300,7 +300,7 @@ func (c *cluster) scaleFault(ctx context.Context, ch *child, sig syscall.Signal,
 func (c *cluster) awaitBalanced(ctx context.Context, want []string, procs map[string]*child, from time.Time) (time.Time, error) {
 	want = slices.Sorted(slices.Values(want))
 	var registered time.Time
-	err := harness.Await(ctx, scaleBalanceWithin, scalePoll, func() (bool, string, error) {
+	err := harness.Await(ctx, scaleBalanceWithin, c.pollEvery(scalePoll), func() (bool, string, error) {
 		if err := childrenAlive(procs); err != nil {
 			return false, "", err
 		}
