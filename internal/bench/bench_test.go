@@ -405,9 +405,11 @@ func TestHandoverAndCostByBackend(t *testing.T) {
 				scenarios = append(scenarios, ScenarioDetach)
 			}
 			var progress strings.Builder
+			data := filepath.Join(t.TempDir(), "data")
 			rep, err := Run(ctx, Options{Scenarios: scenarios, Quick: true, Infra: infra, Executable: bin, Coordination: coord,
-				DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+				DataDir: data, Progress: &progress})
 			if err != nil {
+				logTails(t, filepath.Join(data, "logs"))
 				t.Fatalf("bench on %s: %v\n%s", coord, err, progress.String())
 			}
 			t.Logf("progress:\n%s", progress.String())
@@ -463,5 +465,15 @@ func TestHandoverAndCostByBackend(t *testing.T) {
 			}
 			t.Logf("table:\n%s", table.String())
 		})
+	}
+}
+
+// logTails logs the end of every log file under dir: the test's data
+// directory is removed when it ends.
+func logTails(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		t.Logf("%s: %s", filepath.Base(f), tail(f, 5))
 	}
 }
