@@ -130,8 +130,8 @@ func Connect(ctx context.Context, cfg Config, opts ...ClientOption) (*Client, er
 func connect(ctx context.Context, cfg Config, o clientOptions, log *slog.Logger, rs storage.RunnerStore, s3c *awss3.Client, sopts ...s3store.Option) (*Client, error) {
 	meta, err := rs.Meta(ctx)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no cluster meta in %s (cluster %q): no runner has started it yet",
-			ErrClusterNotFound, CoordinationWhere(cfg), cfg.Cluster)
+		return nil, fmt.Errorf("%w: no meta at %smeta on %s (cluster %q): no runner has started it yet",
+			ErrClusterNotFound, CoordinationPrefix(cfg), CoordinationWhere(cfg), cfg.Cluster)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("runner: client of cluster %q: %w", cfg.Cluster, err)

@@ -90,8 +90,8 @@ func TestOpenRunnerStoreBackend(t *testing.T) {
 		t.Errorf("coordination s3 opened a %T, want *s3coord.Store", rs)
 	}
 	rs.Close()
-	if got, want := CoordinationWhere(cfg), "S3 bucket b at http://127.0.0.1:1 under tenure/default/coord/"; got != want {
-		t.Errorf("CoordinationWhere = %q, want %q", got, want)
+	if got, want := CoordinationWhere(cfg)+" "+CoordinationPrefix(cfg), "S3 bucket b at http://127.0.0.1:1 tenure/default/coord/"; got != want {
+		t.Errorf("CoordinationWhere, CoordinationPrefix = %q, want %q", got, want)
 	}
 
 	ecfg, err := Load(writeFile(t, minimal), nil, []string{"etcd.endpoints=" + testenv.SharedEtcd(t).Endpoint()})
@@ -106,8 +106,8 @@ func TestOpenRunnerStoreBackend(t *testing.T) {
 	if _, ok := ers.(*etcd.Store); !ok {
 		t.Errorf("coordination etcd opened a %T, want *etcd.Store", ers)
 	}
-	if got := CoordinationWhere(ecfg); !strings.HasPrefix(got, "etcd ") || !strings.HasSuffix(got, " under /tenure/default/") {
-		t.Errorf("CoordinationWhere = %q", got)
+	if got := CoordinationWhere(ecfg) + " " + CoordinationPrefix(ecfg); got != "etcd "+ecfg.Etcd.Endpoints[0]+" /tenure/default/" {
+		t.Errorf("CoordinationWhere, CoordinationPrefix = %q", got)
 	}
 }
 

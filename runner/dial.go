@@ -77,11 +77,11 @@ func (c Config) coordRequestTimeout() time.Duration {
 }
 
 // CoordinationWhere names where a cluster's coordination records live, for
-// messages: "etcd http://127.0.0.1:2379 under /tenure/default/", or "S3
-// bucket tenure at http://127.0.0.1:23900 under tenure/default/coord/".
+// messages: "etcd http://127.0.0.1:2379", or "S3 bucket tenure at
+// http://127.0.0.1:23900"; CoordinationPrefix is their prefix there.
 func CoordinationWhere(cfg Config) string {
 	if cfg.UsesEtcd() {
-		return fmt.Sprintf("etcd %s under %s", strings.Join(cfg.Etcd.Endpoints, ","), EtcdPrefix(cfg.Cluster))
+		return "etcd " + strings.Join(cfg.Etcd.Endpoints, ",")
 	}
 	at := cfg.S3.Endpoint
 	if at == "" {
@@ -90,7 +90,16 @@ func CoordinationWhere(cfg Config) string {
 			at += " " + cfg.S3.Region
 		}
 	}
-	return fmt.Sprintf("S3 bucket %s at %s under %s", cfg.S3.Bucket, at, CoordPrefix(cfg))
+	return fmt.Sprintf("S3 bucket %s at %s", cfg.S3.Bucket, at)
+}
+
+// CoordinationPrefix is the prefix of a cluster's coordination records:
+// EtcdPrefix on etcd, CoordPrefix on S3.
+func CoordinationPrefix(cfg Config) string {
+	if cfg.UsesEtcd() {
+		return EtcdPrefix(cfg.Cluster)
+	}
+	return CoordPrefix(cfg)
 }
 
 // CoordinationBackend names the configured coordination backend for

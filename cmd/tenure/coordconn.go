@@ -62,8 +62,8 @@ func (c *CLI) ConnectCoord(ctx context.Context, cfg runner.Config) (*CoordConn, 
 	}
 	meta, err := rs.Meta(ctx)
 	if errors.Is(err, storage.ErrNotFound) {
-		err = fmt.Errorf("%w: no cluster meta in %s (cluster %q): no runner has started it yet",
-			ErrNotInitialised, runner.CoordinationWhere(cfg), cfg.Cluster)
+		err = fmt.Errorf("%w: no meta at %smeta on %s (cluster %q): no runner has started it yet",
+			ErrNotInitialised, runner.CoordinationPrefix(cfg), runner.CoordinationWhere(cfg), cfg.Cluster)
 	}
 	if err != nil {
 		rs.Close()
@@ -74,11 +74,19 @@ func (c *CLI) ConnectCoord(ctx context.Context, cfg runner.Config) (*CoordConn, 
 
 // openCoord opens the configured coordination store on the cluster's
 // keys: etcd through dialEtcd, which fails fast on an endpoint nothing
-// listens at; S3 without a request (the first one shows an unreachable
-// bucket, naming it).
+// listens at; S3 without a request, after the same probe of s3.endpoint
+// when it is set: the S3 client retries a refused connection for seconds
+// before it gives up.
 func (c *CLI) openCoord(ctx context.Context, cfg runner.Config) (storage.RunnerStore, error) {
 	if cfg.UsesEtcd() {
 		return c.dialEtcd(ctx, cfg)
+	}
+	if cfg.S3.Endpoint != "" {
+		var dead *deadEndpointsError
+		if err := probeEndpoints(ctx, []string{cfg.S3.Endpoint}); errors.As(err, &dead) {
+			return nil, &storage.OpError{Backend: "s3", Op: "dial", Endpoint: cfg.S3.Endpoint + "/" + cfg.S3.Bucket,
+				Err: storage.Wrap(storage.ErrUnavailable, dead)}
+		}
 	}
 	logger := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return runner.OpenRunnerStore(ctx, cfg, logger)

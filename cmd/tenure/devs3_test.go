@@ -91,4 +91,46 @@ func TestDevS3Coordination(t *testing.T) {
 		t.Errorf("config get does not list the runner dev-1:\n%s", out)
 	}
 	d.stop(t)
+
+	// Stopped, the cluster's commands name the S3 endpoint that did not
+	// answer, not etcd, suggest tenure dev, and fail at once rather than
+	// after the S3 client's retries.
+	start := time.Now()
+	code, _, errOut := mainRun(t, nil, "--config", cfgPath, "status")
+	elapsed := time.Since(start)
+	if code != 1 || !strings.Contains(errOut, "s3 dial at http://"+addrs[2]) || !strings.Contains(errOut, "connection refused (nothing listens there)") ||
+		strings.Contains(errOut, "etcd") || !strings.Contains(errOut, "is the local cluster running? start it with `tenure dev`") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("status with tenure dev --coordination s3 stopped: exit %d, stderr %q", code, errOut)
+	}
+	if elapsed > 3*time.Second {
+		t.Errorf("status with nothing at the S3 endpoint took %s: it waited out the S3 client's retries", elapsed)
+	}
+}
+
+// TestCoordinationS3Config: with coordination: s3 the commands that need
+// only the coordination store ask for no etcd section, need s3.bucket (the
+// store is in it), and name the S3 endpoint when it does not answer.
+func TestCoordinationS3Config(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noBucket := write("nobucket.yaml", "coordination: s3\n")
+	for _, args := range [][]string{{"status"}, {"config", "get"}, {"drain", "r1", "--wait", "0"}} {
+		code, _, errOut := mainRun(t, nil, append([]string{"--config", noBucket}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "s3.bucket") || strings.Contains(errOut, "etcd.endpoints") {
+			t.Errorf("tenure %v with coordination: s3 and no bucket: exit %d, stderr %q; want one naming s3.bucket, not etcd.endpoints", args, code, errOut)
+		}
+	}
+	dead := write("dead.yaml", "coordination: s3\ns3:\n  bucket: b\n  endpoint: http://127.0.0.1:1\n  region: r\n  path_style: true\n  access_key: a\n  secret_key: s\n")
+	for _, args := range [][]string{{"status"}, {"task", "list"}} {
+		code, _, errOut := mainRun(t, nil, append([]string{"--config", dead}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "s3 dial at http://127.0.0.1:1/b") || !strings.Contains(errOut, "nothing listens there") || strings.Contains(errOut, "etcd") {
+			t.Errorf("tenure %v with coordination: s3 on a dead endpoint: exit %d, stderr %q; want one naming the S3 endpoint", args, code, errOut)
+		}
+	}
 }

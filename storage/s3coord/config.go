@@ -73,7 +73,6 @@ func (s *Store) PutConfig(ctx context.Context, value []byte, prevRevision int64)
 	if err != nil {
 		return 0, err
 	}
-	s.members.kickAfterWrite()
 	s.config.kickAfterWrite()
 	return rec.Rev, nil
 }

@@ -434,7 +434,7 @@ func s3Harness(t *testing.T) storagetest.RunnerStoreHarness {
 			return healAfterNoticed(t, c, func() { p.SetMode(testenv.Pass) })
 		},
 		Compact:        func(t *testing.T) {},
-		WatchDelay:     testWatchDelay,
+		WatchDelay:     testWatchDelay * raceSlowdown,
 		WatchCoalesces: true,
 		// The gateway's Date headers trail its clock by up to
 		// s3.DefaultDateResolution, so a fresh clock estimate is about

@@ -13,7 +13,7 @@ import (
 // each costs two or three requests in a row, and a runner acquiring its
 // share of a cluster must not swamp the gateway that every runner's
 // renewals go through.
-const acquireConcurrency = 8
+const acquireConcurrency = 4
 
 // AcquireShards tries to lock every shard for the session's lease, each
 // shard on its own (conditional writes hold one object), with at most
@@ -48,7 +48,12 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 		return results, nil
 	}
 	base := ss.s.reserveRevs(st, len(todo))
-	parallel(len(todo), acquireConcurrency, func(n int) {
+	// Each session starts at its own place in the list (its lease is
+	// random), so that runners acquiring the same shards at once contend
+	// for different keys instead of queueing on each key in turn.
+	start := int(uint64(ss.lease) % uint64(max(len(todo), 1)))
+	parallel(len(todo), acquireConcurrency, func(k int) {
+		n := (start + k) % len(todo)
 		i := todo[n]
 		results[i] = ss.acquireOne(ctx, results[i].Shard, base+int64(n))
 	})
@@ -73,9 +78,9 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 	fail := func(err error) storage.AcquireResult {
 		return storage.AcquireResult{Shard: sh, Status: storage.Failed, Err: ss.s.opError(op, key, err)}
 	}
-	acquired := func(epoch int64) storage.AcquireResult {
+	acquired := func(epoch, rev int64, etag string) storage.AcquireResult {
 		ss.locksMu.Lock()
-		ss.locks[sh] = struct{}{}
+		ss.locks[sh] = heldLock{etag: etag, epoch: epoch, rev: rev}
 		ss.locksMu.Unlock()
 		return storage.AcquireResult{Shard: sh, Status: storage.Acquired, Epoch: epoch}
 	}
@@ -90,15 +95,24 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		if attempt > 0 {
 			rev = ss.s.nextRev(st, 0)
 		}
-		obj, err := ss.s.get(ctx, key)
+		// A lock a poll of this store saw free is taken without reading
+		// it again (a handoff's latency): the write's If-Match makes a
+		// stale view lose, and the retry reads.
+		obj, err, cached := storage.Object{}, error(nil), false
+		if attempt == 0 {
+			obj, cached = ss.s.cachedFree(key)
+		}
+		if !cached {
+			obj, err = ss.s.get(ctx, key)
+		}
 		if errors.Is(err, storage.ErrNotFound) {
 			// A lock created anew starts its epoch at the write's revision,
 			// not at 1: above every epoch an earlier object at this key
 			// had, should it have been deleted.
-			_, err := ss.s.create(ctx, op, key, ss.lockBody(rev, rev))
+			etag, err := ss.s.create(ctx, op, key, ss.lockBody(rev, rev))
 			switch {
 			case err == nil:
-				return acquired(rev)
+				return acquired(rev, rev, etag)
 			case errors.Is(err, storage.ErrPrecondition):
 				continue
 			}
@@ -113,7 +127,7 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		}
 		switch {
 		case l.Lease == ss.lease:
-			return acquired(l.Epoch)
+			return acquired(l.Epoch, l.Rev, obj.ETag)
 		case !l.free():
 			ended, err := ss.s.endLease(ctx, l.RunnerID, l.Lease)
 			if errors.Is(err, storage.ErrPrecondition) {
@@ -130,16 +144,39 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		if rev <= l.Rev {
 			rev = ss.s.nextRev(st, l.Rev)
 		}
-		_, err = ss.s.replace(ctx, op, key, ss.lockBody(rev, epoch), obj.ETag)
+		etag, err := ss.s.replace(ctx, op, key, ss.lockBody(rev, epoch), obj.ETag)
 		switch {
 		case err == nil:
-			return acquired(epoch)
+			return acquired(epoch, rev, etag)
 		case errors.Is(err, storage.ErrPrecondition):
 			continue
 		}
 		return fail(err)
 	}
 	return fail(fmt.Errorf("%w: the lock kept changing under %d attempts", storage.ErrUnavailable, writeAttempts))
+}
+
+// heldLock is the version of a lock this session last wrote.
+type heldLock struct {
+	etag  string
+	epoch int64
+	rev   int64
+}
+
+// cachedFree returns the lock at key as this store's last read saw it, if
+// that read found it free.
+func (s *Store) cachedFree(key string) (storage.Object, bool) {
+	s.cacheMu.Lock()
+	c, ok := s.cache[key]
+	s.cacheMu.Unlock()
+	if !ok {
+		return storage.Object{}, false
+	}
+	l, err := decodeLock(c.body)
+	if err != nil || !l.free() {
+		return storage.Object{}, false
+	}
+	return storage.Object{ObjectInfo: storage.ObjectInfo{Key: key, ETag: c.etag}, Body: c.body}, true
 }
 
 func (ss *Session) lockBody(rev, epoch int64) []byte {
@@ -230,6 +267,30 @@ func (ss *Session) ReleaseShard(ctx context.Context, shard storage.ShardID) erro
 		ss.locksMu.Lock()
 		delete(ss.locks, shard)
 		ss.locksMu.Unlock()
+	}
+	// The version this session wrote is freed without reading it again;
+	// if it changed, the write loses and the loop below reads.
+	ss.locksMu.Lock()
+	held, known := ss.locks[shard]
+	ss.locksMu.Unlock()
+	if known {
+		st, err := ss.s.serverTime(ctx)
+		if err != nil {
+			return ss.s.opError(op, key, err)
+		}
+		body, err := json.Marshal(lockRecord{Rev: ss.s.nextRev(st, held.rev), Epoch: held.epoch})
+		if err != nil {
+			return ss.s.opError(op, key, err)
+		}
+		_, err = ss.s.replace(ctx, op, key, body, held.etag)
+		if err == nil {
+			untrack()
+			ss.s.members.kickAfterWrite()
+			return nil
+		}
+		if !errors.Is(err, storage.ErrPrecondition) {
+			return err
+		}
 	}
 	for range writeAttempts {
 		obj, err := ss.s.get(ctx, key)

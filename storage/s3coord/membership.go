@@ -24,6 +24,10 @@ type memberState struct {
 	ended map[string]int64
 	// freed gives a free lock's revision, by key.
 	freed map[string]int64
+
+	// stale are runner records past their retention: tombstones to
+	// delete, lapsed leases to tombstone (collect.go).
+	stale []staleRecord
 }
 
 type runnerView struct {
@@ -83,27 +87,42 @@ func (m *memberState) due() time.Duration {
 	return d
 }
 
-// readMembers reads runners/ (and shards/ when withLocks) and judges them at
-// the store's time read first: a lease is lapsed only if it had certainly
-// expired before the listing began.
+// readMembers reads the membership for the poller, and collects the stale
+// runner records it found.
 func (s *Store) readMembers(ctx context.Context) (*memberState, error) {
-	return s.readMembership(ctx, true)
+	m, err := s.readMembership(ctx, true)
+	if err == nil {
+		s.collectRecords(ctx, m.stale)
+	}
+	return m, err
 }
+
+// readMembership reads runners/ (and shards/ when withLocks) and judges
+// them at the store's time read first: a lease is lapsed only if it had
+// certainly expired before the listing began.
 
 func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberState, error) {
 	st, err := s.serverTime(ctx)
 	if err != nil {
 		return nil, s.opError("list membership", runnersPrefix, err)
 	}
-	runners, err := s.readPrefix(ctx, runnersPrefix)
+	// The two prefixes are read at once: a poll's latency is one listing's.
+	var runners, locks []entry
+	var lockErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if withLocks {
+			locks, lockErr = s.readPrefix(ctx, shardsPrefix)
+		}
+	}()
+	runners, err = s.readPrefix(ctx, runnersPrefix)
+	<-done
 	if err != nil {
 		return nil, err
 	}
-	var locks []entry
-	if withLocks {
-		if locks, err = s.readPrefix(ctx, shardsPrefix); err != nil {
-			return nil, err
-		}
+	if lockErr != nil {
+		return nil, lockErr
 	}
 	m := &memberState{st: st, runners: map[string]runnerView{}, locks: map[string]lockView{}, ended: map[string]int64{}, freed: map[string]int64{}}
 	maxRev := st.Now.UnixMicro()
@@ -119,7 +138,13 @@ func (s *Store) readMembership(ctx context.Context, withLocks bool) (*memberStat
 		switch {
 		case rec.Tombstone:
 			m.ended[id] = rec.Rev
+			if rec.Rev < st.Earliest().Add(-recordRetention).UnixMicro() {
+				m.stale = append(m.stale, staleRecord{key: e.key, etag: e.etag, rec: rec})
+			}
 		case rec.lapsed(st):
+			if st.Earliest().Add(-recordRetention).After(rec.Expires) {
+				m.stale = append(m.stale, staleRecord{key: e.key, etag: e.etag, rec: rec})
+			}
 		default:
 			m.runners[e.key] = runnerView{rec: rec, rev: rec.Rev, info: *rec.Runner}
 			live[id] = rec.Lease
@@ -175,7 +200,7 @@ func (s *Store) Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error
 // whose lease has ended or lapsed are not held. Undecodable records are
 // handled as Runners does.
 func (s *Store) ShardLocks(ctx context.Context) ([]storage.ShardLock, int64, error) {
-	m, err := s.readMembers(ctx)
+	m, err := s.readMembership(ctx, true)
 	if err != nil {
 		return nil, 0, s.opError("list shard locks", shardsPrefix, err)
 	}
@@ -195,7 +220,7 @@ func (s *Store) ShardLocks(ctx context.Context) ([]storage.ShardLock, int64, err
 // Membership lists runners/ and shards/ as a listing batch, judged at one
 // moment of the store's clock.
 func (s *Store) Membership(ctx context.Context) (storage.MembershipBatch, error) {
-	m, err := s.readMembers(ctx)
+	m, err := s.readMembership(ctx, true)
 	if err != nil {
 		return storage.MembershipBatch{}, s.opError("list membership", runnersPrefix+" "+shardsPrefix, err)
 	}

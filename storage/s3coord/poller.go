@@ -117,7 +117,7 @@ func (p *poller[S]) subscribe(ctx context.Context, done func(), deliver func(con
 func (p *poller[S]) run() {
 	defer p.s.wg.Done()
 	o := p.s.opts
-	interval := o.minPoll
+	interval, idle := o.minPoll, 0
 	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so
 	// the timer is reused without draining.
 	timer := time.NewTimer(time.Hour)
@@ -156,11 +156,7 @@ func (p *poller[S]) run() {
 		}
 		p.mu.Unlock()
 
-		if changed {
-			interval = o.minPoll
-		} else {
-			interval = min(2*interval, o.maxPoll)
-		}
+		interval, idle = nextInterval(o, interval, idle, changed)
 		wait := interval
 		if err == nil && p.due != nil {
 			if d := p.due(st); d > 0 && d < wait {
@@ -176,10 +172,28 @@ func (p *poller[S]) run() {
 			return
 		case <-p.kick:
 			timer.Stop()
-			interval = o.minPoll
+			interval, idle = o.minPoll, 0
 		case <-timer.C:
 		}
 	}
+}
+
+// hotPolls is how many polls in a row find nothing new before the interval
+// starts to back off: changes come in bursts (a handoff is a release, then
+// an acquire), so the poller stays quick for a few polls after one.
+const hotPolls = 5
+
+// nextInterval is the poll interval after a poll: the minimum after a
+// change and for hotPolls polls more, then doubling up to the maximum.
+func nextInterval(o options, interval time.Duration, idle int, changed bool) (time.Duration, int) {
+	if changed {
+		return o.minPoll, 0
+	}
+	idle++
+	if idle <= hotPolls {
+		return o.minPoll, idle
+	}
+	return min(2*interval, o.maxPoll), idle
 }
 
 // send delivers v on ch unless ctx ends first.

@@ -47,7 +47,7 @@ type Session struct {
 	confirmed time.Time    // the expiry of the last write known to have landed
 
 	locksMu sync.Mutex
-	locks   map[storage.ShardID]struct{} // acquired and not released, for Close
+	locks   map[storage.ShardID]heldLock // acquired and not released, for Close
 
 	closeOnce sync.Once
 	closeErr  error
@@ -71,9 +71,33 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 		r.StartedAt = s.opts.now().UTC()
 	}
 	r.LeaseID = 0
+	release, err := s.lockRegistration(ctx, r.ID)
+	if err != nil {
+		return nil, s.opError(op, key, err)
+	}
+	defer release()
 	lease := rand.Int64N(math.MaxInt64-1) + 1
+	// Read first: a registration over a live record is refused without a
+	// write, so that runners racing for one id queue no conditional
+	// writes on it (a gateway serialises those per key).
 	var prevETag string
 	var prevRev int64
+	if obj, err := s.get(ctx, key); err == nil {
+		old, err := decodeRunner(key, obj.Body)
+		if err != nil {
+			return nil, s.corrupt(key, err)
+		}
+		st, err := s.serverTime(ctx)
+		if err != nil {
+			return nil, s.opError(op, key, err)
+		}
+		if !old.Tombstone && !old.lapsed(st) {
+			return nil, runnerExists(s, key, old)
+		}
+		prevETag, prevRev = obj.ETag, old.Rev
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		return nil, err
+	}
 	for range writeAttempts {
 		// The expiry is counted from a clock reading taken after the send
 		// time: it is at least the store's time at SentAt plus the TTL.
@@ -98,7 +122,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 				s: s, id: r.ID, key: key, lease: lease, ttl: ttl,
 				granted: storage.KeepAliveResult{SentAt: sentAt, AnsweredAt: s.opts.now(), TTL: ttl},
 				rec:     rec, etag: etag, confirmed: rec.Expires,
-				locks: map[storage.ShardID]struct{}{},
+				locks: map[storage.ShardID]heldLock{},
 			}
 			ss.ctx, ss.cancel = context.WithCancelCause(s.ctx)
 			s.members.kickAfterWrite()
@@ -120,12 +144,45 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 			return nil, s.corrupt(key, err)
 		}
 		if !old.Tombstone && !old.lapsed(st) {
-			return nil, s.opError(op, key, fmt.Errorf("%w (held by lease %x, addr %q, started %s; it frees when that lease ends)",
-				storage.ErrRunnerExists, old.Lease, old.Runner.Addr, old.Runner.StartedAt.Format(time.RFC3339)))
+			return nil, runnerExists(s, key, old)
 		}
 		prevETag, prevRev = obj.ETag, old.Rev
 	}
 	return nil, s.opError(op, key, fmt.Errorf("%w: the record kept changing under %d attempts; another registration is under way", storage.ErrRunnerExists, writeAttempts))
+}
+
+// lockRegistration makes registrations of one id through this store run
+// one at a time: concurrent ones would only queue on the key at the
+// gateway (which serialises conditional writes per key), and all but one
+// must lose anyway; in turn, each finds the winner's record with a read.
+func (s *Store) lockRegistration(ctx context.Context, id string) (release func(), err error) {
+	for {
+		s.regMu.Lock()
+		busy, ok := s.registering[id]
+		if !ok {
+			mine := make(chan struct{})
+			s.registering[id] = mine
+			s.regMu.Unlock()
+			return func() {
+				s.regMu.Lock()
+				delete(s.registering, id)
+				s.regMu.Unlock()
+				close(mine)
+			}, nil
+		}
+		s.regMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// runnerExists is the error of a registration over the live record old.
+func runnerExists(s *Store, key string, old runnerRecord) error {
+	return s.opError("register", key, fmt.Errorf("%w (held by lease %x, addr %q, started %s; it frees when that lease ends)",
+		storage.ErrRunnerExists, old.Lease, old.Runner.Addr, old.Runner.StartedAt.Format(time.RFC3339)))
 }
 
 // RunnerID returns the registered runner's id.

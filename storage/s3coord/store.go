@@ -32,6 +32,11 @@ type Store struct {
 	cacheMu sync.Mutex
 	cache   map[string]cachedObject // key → the body last read, by ETag
 
+	// registering holds a token per runner id while a Register of it runs
+	// through this store (session.go).
+	regMu       sync.Mutex
+	registering map[string]chan struct{}
+
 	members *poller[*memberState]
 	config  *poller[configState]
 	wakes   *wakePoller
@@ -59,7 +64,7 @@ func New(objects storage.ObjectStore, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{objects: objects, opts: o, ctx: ctx, cancel: cancel, cache: map[string]cachedObject{}}
+	s := &Store{objects: objects, opts: o, ctx: ctx, cancel: cancel, cache: map[string]cachedObject{}, registering: map[string]chan struct{}{}}
 	s.members = newPoller(s, "membership", s.readMembers, (*memberState).sameAs, (*memberState).due)
 	s.config = newPoller(s, "config", s.readConfigState, configState.sameAs, nil)
 	s.wakes = newWakePoller(s)

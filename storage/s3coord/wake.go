@@ -155,7 +155,7 @@ func (s *Store) listAll(ctx context.Context, prefix string) ([]storage.ObjectInf
 func (p *wakePoller) run() {
 	s := p.s
 	defer s.wg.Done()
-	interval := s.opts.minPoll
+	interval, idle := s.opts.minPoll, 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -168,11 +168,7 @@ func (p *wakePoller) run() {
 			return
 		}
 		p.mu.Unlock()
-		if changed {
-			interval = s.opts.minPoll
-		} else {
-			interval = min(2*interval, s.opts.maxPoll)
-		}
+		interval, idle = nextInterval(s.opts, interval, idle, changed)
 		timer.Reset(interval)
 		select {
 		case <-s.ctx.Done():
@@ -182,7 +178,7 @@ func (p *wakePoller) run() {
 			return
 		case <-p.kick:
 			timer.Stop()
-			interval = s.opts.minPoll
+			interval, idle = s.opts.minPoll, 0
 		case <-timer.C:
 		}
 	}
