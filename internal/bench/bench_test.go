@@ -329,15 +329,23 @@ func TestStateScenario(t *testing.T) {
 // built tenure, 256 shards) against the shared servers: the row must have
 // a cold start, a handoff and a crash that moved shards, and idle rates
 // that are counted and not negative. Timings are reported, not asserted.
-func TestScaleScenario(t *testing.T) {
-	infra := sharedInfra(t)
+func TestScaleScenario(t *testing.T) { testScale(t, CoordinationEtcd) }
+
+// TestScaleScenarioOnS3 is TestScaleScenario with coordination on S3, no
+// etcd: the idle runners' S3 requests include their polls.
+func TestScaleScenarioOnS3(t *testing.T) { testScale(t, CoordinationS3) }
+
+func testScale(t *testing.T, coord string) {
+	infra := sharedInfra(t, coord)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := buildTenure(ctx, t)
 	var progress strings.Builder
-	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin,
-		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+	data := filepath.Join(t.TempDir(), "data")
+	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin, Coordination: coord,
+		DataDir: data, Progress: &progress})
 	if err != nil {
+		logTails(t, filepath.Join(data, "logs"))
 		t.Fatalf("bench scale: %v\n%s", err, progress.String())
 	}
 	r, ok := rep.Scenarios[ScenarioScale].(*ScaleResult)
@@ -362,16 +370,29 @@ func TestScaleScenario(t *testing.T) {
 			t.Errorf("%d runners: handoff %+v, crash %+v: want exit codes 0 and -1, rebalanced after re-owned", x.Runners, x.Handoff, x.Crash)
 		}
 		i := x.Idle
-		// The shared etcd is embedded in the test binary: its counters
-		// are readable, and idle runners keep their leases alive.
-		if i.EtcdPerS == nil || *i.EtcdPerS <= 0 || *i.EtcdPerSPerRunner <= 0 || i.S3PerS < 0 || i.S3PerSPerRunner < 0 || i.WindowS <= 0 || i.ReconcileListsPerS <= 0 {
+		if i.S3PerS < 0 || i.S3PerSPerRunner < 0 || i.WindowS <= 0 || i.ReconcileListsPerS <= 0 {
 			t.Errorf("%d runners, idle: %+v (etcd %s)", x.Runners, i, describeEtcdRate(i))
+		}
+		switch coord {
+		case CoordinationS3:
+			// No etcd; the runners poll S3 all the time.
+			if !i.NoEtcd || i.EtcdPerS != nil || i.S3PerS <= 0 {
+				t.Errorf("%d runners on S3, idle: %+v", x.Runners, i)
+			}
+		default:
+			// The shared etcd is embedded in the test binary: its
+			// counters are readable, and idle runners keep their leases
+			// alive.
+			if i.NoEtcd || i.EtcdPerS == nil || *i.EtcdPerS <= 0 || *i.EtcdPerSPerRunner <= 0 {
+				t.Errorf("%d runners, idle: %+v (etcd %s)", x.Runners, i, describeEtcdRate(i))
+			}
 		}
 	}
 	var table strings.Builder
 	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "3 runners: cold start → balanced") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
+	t.Logf("table:\n%s", table.String())
 }
 
 // buildTenure builds ./cmd/tenure into the test's temporary directory:

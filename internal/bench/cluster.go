@@ -232,7 +232,7 @@ func (c *cluster) pollEvery(onEtcd time.Duration) time.Duration {
 	return max(onEtcd, c.s3Poll)
 }
 
-// readFailed makes a failed read of what a convergence wait: a
+// readFailed is a convergence poll's answer to a failed read of what: a
 // transient one (storage.IsRetryable: a timeout, an unreachable server)
 // is a reason to wait on, and the wait's deadline ends it; any other fails
 // the wait.
