@@ -504,3 +504,58 @@ func logTails(t *testing.T, dir string) {
 		t.Logf("%s: %s", filepath.Base(f), tail(f, 5))
 	}
 }
+
+// TestIdleClusterCost: 71 LISTs a minute for 30 days, and the model's
+// LISTs of 64 shards and clock reads of 3 runners.
+func TestIdleClusterCost(t *testing.T) {
+	m := IdleModel{ListsPerShardHour: 2, HeadBucketPerRunnerHour: 60}
+	c := idleClusterCost(3, 64, Classes{PutClass: 71}, m)
+	want := 1440 * 30 * 71 * 0.005 / 1000                    // $15.34
+	wantModel := 24 * 30 * (64*2*0.005 + 3*60*0.0004) / 1000 // $0.51
+	if math.Abs(c.USD-want) > 0.005 || math.Abs(c.ModelUSD-wantModel) > 0.005 || c.Runners != 3 || c.Shards != 64 || c.Days != 30 {
+		t.Fatalf("idle cluster cost %+v, want $%.2f measured and $%.2f by the model", c, want, wantModel)
+	}
+	for _, s := range []string{"1440 × 30 × (71 × 0.005", "64 shards × 2 LIST/shard/h"} {
+		if !strings.Contains(c.Formula+" "+c.ModelFormula, s) {
+			t.Errorf("formulas %q and %q do not show %q", c.Formula, c.ModelFormula, s)
+		}
+	}
+}
+
+// TestLoadFigures: 90 requests of 3 runners over 10s while 30 tasks ran.
+func TestLoadFigures(t *testing.T) {
+	f := loadFigures(map[string]float64{"list": 60, "get": 30}, 30, 10*time.Second)
+	if f.TasksPerS != 3 || f.PerMinutePerRunner != 180 || f.Requests["list"] != 60 || f.WindowS != 10 {
+		t.Fatalf("load figures %+v, want 3 tasks/s, 180 requests/min/runner", f)
+	}
+	if c := f.PerMinutePerRunnerClasses; c.PutClass != 120 || c.GetClass != 60 {
+		t.Errorf("by class %+v, want 120 PUT-class and 60 GET-class a minute", c)
+	}
+	if z := loadFigures(nil, 0, 0); z.PerMinutePerRunner != 0 || z.TasksPerS != 0 {
+		t.Errorf("empty window: %+v", z)
+	}
+}
+
+// TestReportNamesBackend: the table and the JSON name the coordination
+// backend, and a skipped scenario says why in both.
+func TestReportNamesBackend(t *testing.T) {
+	rep := &Report{Settings: Settings{Trials: 1, LeaseTTLMS: 3000, Coordination: CoordinationS3},
+		Scenarios: map[string]Result{ScenarioDetach: &SkippedResult{Skipped: true, Reason: "no etcd to partition"}}}
+	var table, js strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"coordination s3,", "detach\n  skipped  no etcd to partition"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, table.String())
+		}
+	}
+	for _, s := range []string{`"coordination": "s3"`, `"skipped": true`, `"reason": "no etcd to partition"`} {
+		if !strings.Contains(js.String(), s) {
+			t.Errorf("JSON lacks %s:\n%s", s, js.String())
+		}
+	}
+}
