@@ -22,9 +22,10 @@ import (
 // How a runner and its clients reach etcd and S3 from the configuration.
 
 // CoordPrefix is the key prefix of the coordination objects on S3
-// (coordination: s3), inside the cluster's S3 prefix: task, state and
-// listing code lists below tasks/, entities/ and the like, never the bare
-// cluster prefix, so the two never see each other's objects.
+// (coordination: s3), inside the cluster's S3 prefix: the task, state and
+// schedule code lists only below its own prefixes (tasks/, ready/, state/,
+// schedules/), never the bare cluster prefix, so neither sees the other's
+// objects.
 func CoordPrefix(cfg Config) string { return S3Prefix(cfg) + "coord/" }
 
 // OpenRunnerStore opens the runner-storage port cfg.Coordination names:

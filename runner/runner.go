@@ -26,6 +26,7 @@ import (
 	"github.com/tenurehq/tenure/sharding"
 	"github.com/tenurehq/tenure/sharding/placement"
 	"github.com/tenurehq/tenure/storage"
+	"github.com/tenurehq/tenure/storage/etcd"
 	s3store "github.com/tenurehq/tenure/storage/s3"
 )
 
@@ -423,12 +424,25 @@ func (r *Runner) connect(ctx context.Context) error {
 	// The lease's keep-alive cadence (lease.keepalive_*) is the sharding
 	// manager's: it reaches it through ShardingConfig. On S3 the
 	// coordination requests count in the same S3 metrics as the tasks'.
+	// On S3 the coordination store shares the tasks' S3 client (one
+	// connection pool) and metrics.
 	observe := s3store.WithObserver(s3store.MetricsObserver(r.reg))
-	r.rs, err = OpenRunnerStore(ctx, r.cfg, r.log, observe)
+	client, err := s3store.NewClient(ctx, s3ClientConfig(r.cfg))
 	if err != nil {
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
 	}
-	r.obj, err = OpenObjectStore(ctx, r.cfg, observe)
+	if r.cfg.UsesEtcd() {
+		r.rs, err = DialEtcd(ctx, r.cfg, etcd.WithLogger(r.log))
+	} else {
+		r.rs, err = coordStore(client, r.cfg, r.log, observe)
+	}
+	if err != nil {
+		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)
+	}
+	r.obj, err = objectStore(client, r.cfg, observe)
+	if err == nil {
+		err = r.obj.Check(ctx)
+	}
 	if err != nil {
 		r.rs.Close()
 		return fmt.Errorf("runner %s: %w", r.cfg.RunnerID, err)

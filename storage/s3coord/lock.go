@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/tenurehq/tenure/storage"
 )
@@ -48,6 +49,7 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 		return results, nil
 	}
 	base := ss.s.reserveRevs(st, len(todo))
+	holders := &holderCache{ended: map[int64]bool{}}
 	// Each session starts at its own place in the list (its lease is
 	// random), so that runners acquiring the same shards at once contend
 	// for different keys instead of queueing on each key in turn.
@@ -55,7 +57,7 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 	parallel(len(todo), acquireConcurrency, func(k int) {
 		n := (start + k) % len(todo)
 		i := todo[n]
-		results[i] = ss.acquireOne(ctx, results[i].Shard, base+int64(n))
+		results[i] = ss.acquireOne(ctx, results[i].Shard, base+int64(n), holders)
 	})
 	for i, sh := range shards {
 		if j, ok := first[sh]; ok && j != i {
@@ -72,7 +74,7 @@ func (ss *Session) AcquireShards(ctx context.Context, shards []storage.ShardID) 
 // absent or bound to another lease, never while it might still renew.
 //
 // rev is the revision of the first write; a retry takes a fresh one.
-func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64) storage.AcquireResult {
+func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64, holders *holderCache) storage.AcquireResult {
 	const op = "acquire"
 	key := shardKey(sh)
 	fail := func(err error) storage.AcquireResult {
@@ -83,6 +85,17 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		ss.locks[sh] = heldLock{etag: etag, epoch: epoch, rev: rev}
 		ss.locksMu.Unlock()
 		return storage.AcquireResult{Shard: sh, Status: storage.Acquired, Epoch: epoch}
+	}
+	// A write that got no answer may have landed: it is resolved, once,
+	// by reading the lock again (ours, or still free to take), as a lost
+	// race is.
+	lostAnswer := false
+	reread := func(err error) bool {
+		if lostAnswer || !errors.Is(err, storage.ErrUnavailable) || ctx.Err() != nil {
+			return false
+		}
+		lostAnswer = true
+		return true
 	}
 	for attempt := range writeAttempts {
 		if err := ss.alive(); err != nil {
@@ -113,7 +126,7 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 			switch {
 			case err == nil:
 				return acquired(rev, rev, etag)
-			case errors.Is(err, storage.ErrPrecondition):
+			case errors.Is(err, storage.ErrPrecondition), reread(err):
 				continue
 			}
 			return fail(err)
@@ -129,7 +142,7 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		case l.Lease == ss.lease:
 			return acquired(l.Epoch, l.Rev, obj.ETag)
 		case !l.free():
-			ended, err := ss.s.endLease(ctx, l.RunnerID, l.Lease)
+			ended, err := holders.endLease(ctx, ss.s, l.RunnerID, l.Lease)
 			if errors.Is(err, storage.ErrPrecondition) {
 				continue // the holder renewed as we tombstoned: look again
 			}
@@ -148,7 +161,7 @@ func (ss *Session) acquireOne(ctx context.Context, sh storage.ShardID, rev int64
 		switch {
 		case err == nil:
 			return acquired(epoch, rev, etag)
-		case errors.Is(err, storage.ErrPrecondition):
+		case errors.Is(err, storage.ErrPrecondition), reread(err):
 			continue
 		}
 		return fail(err)
@@ -182,6 +195,31 @@ func (s *Store) cachedFree(key string) (storage.Object, bool) {
 func (ss *Session) lockBody(rev, epoch int64) []byte {
 	body, _ := json.Marshal(lockRecord{Rev: rev, RunnerID: ss.id, Lease: ss.lease, AcquiredAt: ss.s.opts.now().UTC(), Epoch: epoch})
 	return body
+}
+
+// holderCache remembers, for one AcquireShards call, which holders' leases
+// were found live or ended, so that a runner's record is read once per
+// call, not once per shard it holds. A lease found live may lapse during
+// the call: the next call sees it.
+type holderCache struct {
+	mu    sync.Mutex
+	ended map[int64]bool // lease → ended
+}
+
+func (h *holderCache) endLease(ctx context.Context, s *Store, id string, lease int64) (bool, error) {
+	h.mu.Lock()
+	ended, ok := h.ended[lease]
+	h.mu.Unlock()
+	if ok {
+		return ended, nil
+	}
+	ended, err := s.endLease(ctx, id, lease)
+	if err == nil {
+		h.mu.Lock()
+		h.ended[lease] = ended
+		h.mu.Unlock()
+	}
+	return ended, err
 }
 
 // endLease reports whether the lease of runner id has ended: its record is

@@ -361,9 +361,19 @@ func diff(prev, cur *memberState, lastRev int64) (storage.MembershipBatch, bool)
 		}
 		return compareInt(boolInt(!a.runner), boolInt(!b.runner))
 	})
+	// A change whose write carries a revision at or below one the
+	// consumer has seen (writes of one AcquireShards land in any order,
+	// writers' clocks differ) is reported just above it: the stream's
+	// revisions never go back.
 	b := storage.MembershipBatch{Revision: lastRev + 1}
 	for _, e := range evs {
-		b.Revision = max(b.Revision, e.rev)
+		rev := max(e.rev, lastRev+1)
+		if e.ev.Runner != nil {
+			e.ev.Runner.Revision = rev
+		} else {
+			e.ev.Lock.Revision = rev
+		}
+		b.Revision = max(b.Revision, rev)
 		b.Events = append(b.Events, e.ev)
 	}
 	return b, true

@@ -440,3 +440,43 @@ func testenvWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testenv.WaitFor(t, what, 10*time.Second, cond)
 }
+
+// TestAcquireAnswerLost: a lock write that landed without an answer is
+// resolved by reading the lock again: it is ours, at the epoch written.
+func TestAcquireAnswerLost(t *testing.T) {
+	mem := memstore.New()
+	s := open(t, mem)
+	ss := registerRunner(t, s, "r", time.Minute)
+	mem.Inject(memstore.Fault{Op: memstore.OpCreate, Key: "shards/default/0", When: memstore.AfterApply, Err: storage.ErrUnavailable, Times: 1})
+	r := acquire(t, ss, shard0)
+	if r.Status != storage.Acquired {
+		t.Fatalf("acquire whose create answer was lost: %+v", r)
+	}
+	ver, err := ss.VerifyShards(ctxT(t), []storage.ShardID{shard0})
+	if err != nil || !ver[0].Owned || ver[0].Epoch != r.Epoch {
+		t.Fatalf("verify: %+v, %v (acquired at epoch %d)", ver, err, r.Epoch)
+	}
+	// Twice without an answer: reported, not retried without end.
+	other := registerRunner(t, s, "o", time.Minute)
+	sh := storage.ShardID{Group: "default", Index: 1}
+	mem.Inject(memstore.Fault{Op: memstore.OpCreate, Key: "shards/default/1", Err: storage.ErrUnavailable, Times: 2})
+	if r := acquire(t, other, sh); r.Status != storage.Failed || !errors.Is(r.Err, storage.ErrUnavailable) {
+		t.Fatalf("acquire failing twice: %+v, want failed, unavailable", r)
+	}
+}
+
+// TestRegisterAnswerLost: a registration whose write landed but was
+// answered 412 (an SDK retry losing to the first attempt) is recognised
+// by its own lease and renewal, not refused as a duplicate.
+func TestRegisterAnswerLost(t *testing.T) {
+	mem := memstore.New()
+	s := open(t, mem)
+	mem.Inject(memstore.Fault{Op: memstore.OpCreate, Key: "runners/r", When: memstore.AfterApply, Err: storage.ErrPrecondition, Times: 1})
+	ss := registerRunner(t, s, "r", time.Minute)
+	if _, err := ss.KeepAlive(ctxT(t)); err != nil {
+		t.Fatalf("renewal of the recognised registration: %v", err)
+	}
+	if _, err := s.Register(ctxT(t), storage.RunnerInfo{ID: "r", Weight: 1}, time.Minute); !errors.Is(err, storage.ErrRunnerExists) {
+		t.Fatalf("a second registration: %v, want ErrRunnerExists", err)
+	}
+}

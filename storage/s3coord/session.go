@@ -118,15 +118,7 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 			etag, err = s.replace(ctx, op, key, body, prevETag)
 		}
 		if err == nil {
-			ss := &Session{
-				s: s, id: r.ID, key: key, lease: lease, ttl: ttl,
-				granted: storage.KeepAliveResult{SentAt: sentAt, AnsweredAt: s.opts.now(), TTL: ttl},
-				rec:     rec, etag: etag, confirmed: rec.Expires,
-				locks: map[storage.ShardID]heldLock{},
-			}
-			ss.ctx, ss.cancel = context.WithCancelCause(s.ctx)
-			s.members.kickAfterWrite()
-			return ss, nil
+			return s.newSession(r, lease, ttl, sentAt, rec, etag), nil
 		}
 		if !errors.Is(err, storage.ErrPrecondition) {
 			return nil, err
@@ -143,12 +135,30 @@ func (s *Store) Register(ctx context.Context, r storage.RunnerInfo, ttl time.Dur
 		if err != nil {
 			return nil, s.corrupt(key, err)
 		}
+		if old.Lease == lease && !old.Tombstone && old.Renewal == rec.Renewal && old.Expires.Equal(rec.Expires) {
+			// Our write landed; a retry of it lost to itself.
+			return s.newSession(r, lease, ttl, sentAt, rec, obj.ETag), nil
+		}
 		if !old.Tombstone && !old.lapsed(st) {
 			return nil, runnerExists(s, key, old)
 		}
 		prevETag, prevRev = obj.ETag, old.Rev
 	}
 	return nil, s.opError(op, key, fmt.Errorf("%w: the record kept changing under %d attempts; another registration is under way", storage.ErrRunnerExists, writeAttempts))
+}
+
+// newSession is the session of a registration whose record (rec, at etag)
+// was written.
+func (s *Store) newSession(r storage.RunnerInfo, lease int64, ttl time.Duration, sentAt time.Time, rec runnerRecord, etag string) *Session {
+	ss := &Session{
+		s: s, id: r.ID, key: runnerKey(r.ID), lease: lease, ttl: ttl,
+		granted: storage.KeepAliveResult{SentAt: sentAt, AnsweredAt: s.opts.now(), TTL: ttl},
+		rec:     rec, etag: etag, confirmed: rec.Expires,
+		locks: map[storage.ShardID]heldLock{},
+	}
+	ss.ctx, ss.cancel = context.WithCancelCause(s.ctx)
+	s.members.kickAfterWrite()
+	return ss
 }
 
 // lockRegistration makes registrations of one id through this store run
