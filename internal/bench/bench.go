@@ -16,7 +16,8 @@ import (
 // Result is one scenario's figures: a *HandoverResult (failover,
 // handoff), *DetachResult, *ThroughputResult, *LatencyResult,
 // *S3CostResult, *AssignResult, *CallResult, *StateResult or
-// *ScaleResult. Each has a "trials" list, but for scale's "rows" (one per
+// *ScaleResult; or a *SkippedResult for a scenario the run's coordination
+// backend does not have. Each has a "trials" list, but for scale's "rows" (one per
 // runner count).
 type Result interface {
 	// rows summarises the figures for the table.
@@ -58,8 +59,10 @@ type Settings struct {
 	// S3Latency is the simulated round trip on the runners' and
 	// submitters' S3 requests (--s3-latency), if any.
 	S3Latency *S3Latency `json:"s3_latency,omitempty"`
-	Etcd      string     `json:"etcd"`
-	S3        string     `json:"s3"`
+	// Coordination is the runners' coordination backend: etcd or s3.
+	Coordination string `json:"coordination"`
+	Etcd         string `json:"etcd"`
+	S3           string `json:"s3"`
 }
 
 // scenarioFuncs runs each scenario.
@@ -84,6 +87,9 @@ var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
 // directory for its logs. Everything it started is stopped before it
 // returns.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
+	if o.Coordination == "" {
+		o.Coordination = os.Getenv(CoordinationEnv)
+	}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -102,10 +108,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		}
 	}()
 	rep = &Report{
-		Machine:   machine(),
-		Version:   o.Version,
-		Started:   time.Now().UTC().Truncate(time.Second),
-		Settings:  Settings{Trials: e.trials, Quick: o.Quick, LeaseTTLMS: ms(LeaseTTL), S3Latency: o.S3Latency},
+		Machine: machine(),
+		Version: o.Version,
+		Started: time.Now().UTC().Truncate(time.Second),
+		Settings: Settings{Trials: e.trials, Quick: o.Quick, LeaseTTLMS: ms(LeaseTTL), S3Latency: o.S3Latency,
+			Coordination: o.coordination()},
 		Scenarios: map[string]Result{},
 	}
 	if o.Infra != nil {
@@ -114,11 +121,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		rep.Settings.Etcd = "embedded etcd server, one member, 10ms ticks, no fsync"
 		rep.Settings.S3 = "embedded VersityGW, POSIX backend on the data directory"
 	}
+	if o.onS3() {
+		rep.Settings.Etcd = "none (coordination on S3)"
+	}
 	start := time.Now()
 	for _, name := range names {
 		t0 := time.Now()
 		e.logf("%s: starting", name)
-		res, err := scenarioFuncs[name](ctx, e)
+		res, err := e.scenarioFunc(name)(ctx, e)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "bench: ") {
 				err = fmt.Errorf("bench: %s: %w", name, err)
@@ -187,7 +197,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, " (%s)", m.CPUModel)
 	}
 	fmt.Fprintf(&b, ", %s %s/%s, load %.2f→%.2f, started %s, %.0fs\n", m.Go, m.OS, m.Arch, m.LoadAvg1m, m.LoadAvg1mEnd, r.Started.Format(time.RFC3339), r.DurationS)
-	fmt.Fprintf(&b, "lease TTL %gms, %d trials", r.Settings.LeaseTTLMS, r.Settings.Trials)
+	coord := r.Settings.Coordination
+	if coord == "" { // a report written before the field
+		coord = CoordinationEtcd
+	}
+	fmt.Fprintf(&b, "coordination %s, lease TTL %gms, %d trials", coord, r.Settings.LeaseTTLMS, r.Settings.Trials)
 	if r.Settings.Quick {
 		b.WriteString(", quick")
 	}
@@ -259,17 +273,27 @@ func (r *S3CostResult) rows() []row {
 		idle += ", scaled to a minute"
 	}
 	idle += "): " + describeOps(intsToFloats(r.Idle.Requests))
-	idleEtcd := fmt.Sprintf("%.2f requests/min/runner at the default lease TTL %gs (etcd's own count): %s",
-		r.Idle.Etcd.PerMinutePerRunner, r.Idle.Etcd.LeaseTTLS, describeOps(r.Idle.Etcd.Requests))
 	c := r.PerTaskClasses
-	return []row{
+	l := r.UnderLoad
+	rows := []row{
 		{"per task", describeOps(r.PerTask)},
 		{"per task by class", fmt.Sprintf("%g PUT-class, %g GET-class, %g DELETE", c.PutClass, c.GetClass, c.Delete)},
+		{"under load", fmt.Sprintf("%.1f/min/runner (%g PUT-class, %g GET-class) at %.1f tasks/s over %gs: %s",
+			l.PerMinutePerRunner, l.PerMinutePerRunnerClasses.PutClass, l.PerMinutePerRunnerClasses.GetClass, l.TasksPerS, l.WindowS, describeOps(intsToFloats(l.Requests)))},
 		{"idle", idle},
-		{"idle etcd", idleEtcd},
-		{"monthly cost", fmt.Sprintf("$%.2f (tasks $%.2f + idle $%.2f) for %d tasks/day on %d runners", r.Cost.TotalUSD, r.Cost.TaskRequestsUSD, r.Cost.IdleRequestsUSD, r.Cost.TasksPerDay, r.Cost.Runners)},
-		{"formula", r.Cost.Formula},
 	}
+	if e := r.Idle.Etcd; e != nil {
+		rows = append(rows, row{"idle etcd", fmt.Sprintf("%.2f requests/min/runner at the default lease TTL %gs (etcd's own count): %s",
+			e.PerMinutePerRunner, e.LeaseTTLS, describeOps(e.Requests))})
+	} else {
+		rows = append(rows, row{"idle etcd", "none: coordination on S3 (its requests are in idle above)"})
+	}
+	ic := r.IdleCluster
+	return append(rows,
+		row{"idle cluster, monthly", fmt.Sprintf("$%.2f measured for %d runners, %d shards over %d days (%s)", ic.USD, ic.Runners, ic.Shards, ic.Days, ic.Formula)},
+		row{"idle cluster, model", fmt.Sprintf("$%.2f: the task store's steady state, coordination left out (%s)", ic.ModelUSD, ic.ModelFormula)},
+		row{"monthly cost", fmt.Sprintf("$%.2f (tasks $%.2f + idle $%.2f) for %d tasks/day on %d runners", r.Cost.TotalUSD, r.Cost.TaskRequestsUSD, r.Cost.IdleRequestsUSD, r.Cost.TasksPerDay, r.Cost.Runners)},
+		row{"formula", r.Cost.Formula})
 }
 
 func (r *AssignResult) rows() []row {

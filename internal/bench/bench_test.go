@@ -46,11 +46,15 @@ func TestOptionsValidate(t *testing.T) {
 		mut   func(*Options)
 		field string // "" when valid
 	}{
-		"defaults":           {func(*Options) {}, ""},
-		"negative trials":    {func(o *Options) { o.Trials = -1 }, "Trials"},
-		"too many trials":    {func(o *Options) { o.Trials = MaxTrials + 1 }, "Trials"},
-		"infra without etcd": {func(o *Options) { o.Infra = &Infra{S3Endpoint: "http://x:1"} }, "Infra.EtcdEndpoint"},
-		"infra without s3":   {func(o *Options) { o.Infra = &Infra{EtcdEndpoint: "http://x:1"} }, "Infra.S3Endpoint"},
+		"defaults":             {func(*Options) {}, ""},
+		"negative trials":      {func(o *Options) { o.Trials = -1 }, "Trials"},
+		"too many trials":      {func(o *Options) { o.Trials = MaxTrials + 1 }, "Trials"},
+		"infra without etcd":   {func(o *Options) { o.Infra = &Infra{S3Endpoint: "http://x:1"} }, "Infra.EtcdEndpoint"},
+		"infra without s3":     {func(o *Options) { o.Infra = &Infra{EtcdEndpoint: "http://x:1"} }, "Infra.S3Endpoint"},
+		"unknown coordination": {func(o *Options) { o.Coordination = "zookeeper" }, "Coordination"},
+		"s3 infra without etcd": {func(o *Options) {
+			o.Coordination, o.Infra = CoordinationS3, &Infra{S3Endpoint: "http://x:2"}
+		}, ""},
 		"half credentials": {func(o *Options) {
 			o.Infra = &Infra{EtcdEndpoint: "http://x:1", S3Endpoint: "http://x:2", AccessKey: "a"}
 		}, "Infra.AccessKey"},
@@ -219,12 +223,15 @@ func TestReportTable(t *testing.T) {
 var pkgDir, _ = os.Getwd()
 
 // sharedInfra is the tests' shared etcd and S3 servers, with a bucket of
-// the test's own.
-func sharedInfra(t *testing.T) *Infra {
+// the test's own; on coordination s3 (an optional argument) without etcd.
+func sharedInfra(t *testing.T, coordination ...string) *Infra {
 	s3 := testenv.SharedS3(t)
 	ak, sk := s3.Credentials()
-	return &Infra{EtcdEndpoint: testenv.SharedEtcd(t).Endpoint(), S3Endpoint: s3.Endpoint(), S3Region: s3.Region(),
-		AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	in := &Infra{S3Endpoint: s3.Endpoint(), S3Region: s3.Region(), AccessKey: ak, SecretKey: sk, Bucket: s3.Bucket(t)}
+	if !slices.Contains(coordination, CoordinationS3) {
+		in.EtcdEndpoint = testenv.SharedEtcd(t).Endpoint()
+	}
+	return in
 }
 
 // TestCallScenario runs call quickly against the shared servers, with
@@ -322,19 +329,33 @@ func TestStateScenario(t *testing.T) {
 // built tenure, 256 shards) against the shared servers: the row must have
 // a cold start, a handoff and a crash that moved shards, and idle rates
 // that are counted and not negative. Timings are reported, not asserted.
-func TestScaleScenario(t *testing.T) {
-	infra := sharedInfra(t)
+func TestScaleScenario(t *testing.T) { testScale(t, CoordinationEtcd) }
+
+// TestScaleScenarioOnS3 is TestScaleScenario with coordination on S3, no
+// etcd, over 64 shards: the idle runners' S3 requests include their polls.
+// (256 shards on S3 overwhelm the shared gateway of a race-instrumented
+// test binary on a busy machine: the runners' lease renewals time out.)
+func TestScaleScenarioOnS3(t *testing.T) { testScale(t, CoordinationS3) }
+
+func testScale(t *testing.T, coord string) {
+	shards := QuickScaleShards
+	if coord == CoordinationS3 {
+		shards = 64
+	}
+	infra := sharedInfra(t, coord)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := buildTenure(ctx, t)
 	var progress strings.Builder
-	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin,
-		DataDir: filepath.Join(t.TempDir(), "data"), Progress: &progress})
+	data := filepath.Join(t.TempDir(), "data")
+	rep, err := Run(ctx, Options{Scenarios: []string{ScenarioScale}, Quick: true, Infra: infra, Executable: bin, Coordination: coord,
+		ScaleShards: shards, DataDir: data, Progress: &progress})
 	if err != nil {
+		logTails(t, filepath.Join(data, "logs"))
 		t.Fatalf("bench scale: %v\n%s", err, progress.String())
 	}
 	r, ok := rep.Scenarios[ScenarioScale].(*ScaleResult)
-	if !ok || len(r.Rows) != len(QuickScaleRunners) || r.Shards != QuickScaleShards {
+	if !ok || len(r.Rows) != len(QuickScaleRunners) || r.Shards != shards {
 		t.Fatalf("scale result: %#v", rep.Scenarios[ScenarioScale])
 	}
 	for _, x := range r.Rows {
@@ -355,16 +376,29 @@ func TestScaleScenario(t *testing.T) {
 			t.Errorf("%d runners: handoff %+v, crash %+v: want exit codes 0 and -1, rebalanced after re-owned", x.Runners, x.Handoff, x.Crash)
 		}
 		i := x.Idle
-		// The shared etcd is embedded in the test binary: its counters
-		// are readable, and idle runners keep their leases alive.
-		if i.EtcdPerS == nil || *i.EtcdPerS <= 0 || *i.EtcdPerSPerRunner <= 0 || i.S3PerS < 0 || i.S3PerSPerRunner < 0 || i.WindowS <= 0 || i.ReconcileListsPerS <= 0 {
+		if i.S3PerS < 0 || i.S3PerSPerRunner < 0 || i.WindowS <= 0 || i.ReconcileListsPerS <= 0 {
 			t.Errorf("%d runners, idle: %+v (etcd %s)", x.Runners, i, describeEtcdRate(i))
+		}
+		switch coord {
+		case CoordinationS3:
+			// No etcd; the runners poll S3 all the time.
+			if !i.NoEtcd || i.EtcdPerS != nil || i.S3PerS <= 0 {
+				t.Errorf("%d runners on S3, idle: %+v", x.Runners, i)
+			}
+		default:
+			// The shared etcd is embedded in the test binary: its
+			// counters are readable, and idle runners keep their leases
+			// alive.
+			if i.NoEtcd || i.EtcdPerS == nil || *i.EtcdPerS <= 0 || *i.EtcdPerSPerRunner <= 0 {
+				t.Errorf("%d runners, idle: %+v (etcd %s)", x.Runners, i, describeEtcdRate(i))
+			}
 		}
 	}
 	var table strings.Builder
 	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "3 runners: cold start → balanced") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
+	t.Logf("table:\n%s", table.String())
 }
 
 // buildTenure builds ./cmd/tenure into the test's temporary directory:
@@ -378,4 +412,150 @@ func buildTenure(ctx context.Context, t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// TestHandoverAndCostByBackend runs failover, handoff and s3cost quickly
+// on each coordination backend against the shared servers (on S3 without
+// etcd, and detach, which needs etcd, reported as skipped): every figure
+// must be there, the report must name the backend, and on S3 the idle
+// runners' requests must include their coordination polls. Timings are
+// reported, not asserted.
+func TestHandoverAndCostByBackend(t *testing.T) {
+	for _, coord := range []string{CoordinationEtcd, CoordinationS3} {
+		t.Run(coord, func(t *testing.T) {
+			infra := sharedInfra(t, coord)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			bin := buildTenure(ctx, t)
+			scenarios := []string{ScenarioFailover, ScenarioHandoff, ScenarioS3Cost}
+			if coord == CoordinationS3 {
+				scenarios = append(scenarios, ScenarioDetach)
+			}
+			var progress strings.Builder
+			data := filepath.Join(t.TempDir(), "data")
+			rep, err := Run(ctx, Options{Scenarios: scenarios, Quick: true, Infra: infra, Executable: bin, Coordination: coord,
+				DataDir: data, Progress: &progress})
+			if err != nil {
+				logTails(t, filepath.Join(data, "logs"))
+				t.Fatalf("bench on %s: %v\n%s", coord, err, progress.String())
+			}
+			t.Logf("progress:\n%s", progress.String())
+			if rep.Settings.Coordination != coord {
+				t.Errorf("settings name coordination %q, want %q", rep.Settings.Coordination, coord)
+			}
+			for name, exit := range map[string]int{ScenarioFailover: -1, ScenarioHandoff: 0} {
+				r, ok := rep.Scenarios[name].(*HandoverResult)
+				if !ok || len(r.Trials) != 1 {
+					t.Fatalf("%s result: %#v", name, rep.Scenarios[name])
+				}
+				if tr := r.Trials[0]; tr.MS <= 0 || tr.Shards < 1 || tr.ExitCode != exit {
+					t.Errorf("%s: %+v, want shards re-owned after some time, exit code %d", name, tr, exit)
+				}
+			}
+			r, ok := rep.Scenarios[ScenarioS3Cost].(*S3CostResult)
+			if !ok {
+				t.Fatalf("s3cost result: %#v", rep.Scenarios[ScenarioS3Cost])
+			}
+			if r.PerTaskClasses.PutClass <= 0 || r.Shards != 64 || r.Runners != 3 {
+				t.Errorf("s3cost: per task %+v on %d runners, %d shards", r.PerTask, r.Runners, r.Shards)
+			}
+			if l := r.UnderLoad; l.Tasks < 1 || l.WindowS <= 0 || l.TasksPerS <= 0 || l.PerMinutePerRunner <= 0 {
+				t.Errorf("s3cost under load: %+v", l)
+			}
+			// The quick idle window (5s) is shorter than an idle etcd
+			// runner's reconcile interval: it may see no S3 request at
+			// all, whereas S3 runners poll all the time.
+			if ic := r.IdleCluster; ic.Runners != 3 || ic.Shards != 64 || ic.USD < 0 || ic.ModelUSD <= 0 ||
+				(coord == CoordinationS3 && (ic.USD <= 0 || ic.PerMinute.PutClass <= 0)) {
+				t.Errorf("s3cost idle cluster: %+v", ic)
+			}
+			if (r.Idle.Etcd == nil) != (coord == CoordinationS3) {
+				t.Errorf("s3cost idle etcd figures %+v on %s", r.Idle.Etcd, coord)
+			}
+			if coord == CoordinationS3 {
+				// Idle S3 runners poll their coordination records: LISTs
+				// at least every poll_max (2s) each, beside the shards'.
+				window := r.Idle.WindowS
+				if min := int(window/2) * r.Runners; r.Idle.Requests["list"] < min {
+					t.Errorf("s3cost idle on S3: %d LISTs in %gs, want ≥ %d (the runners' polls): %v", r.Idle.Requests["list"], window, min, r.Idle.Requests)
+				}
+				s, ok := rep.Scenarios[ScenarioDetach].(*SkippedResult)
+				if !ok || !s.Skipped || !strings.Contains(s.Reason, "etcd") {
+					t.Errorf("detach on S3: %#v, want skipped, saying why", rep.Scenarios[ScenarioDetach])
+				}
+			}
+			t.Logf("s3cost: per task %v; under load %+v; idle %+v; idle cluster %+v", r.PerTask, r.UnderLoad, r.Idle.Requests, r.IdleCluster)
+			var table strings.Builder
+			if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "coordination "+coord) ||
+				!strings.Contains(table.String(), "under load") || !strings.Contains(table.String(), "idle cluster, monthly") {
+				t.Errorf("table: %v\n%s", err, table.String())
+			}
+			t.Logf("table:\n%s", table.String())
+		})
+	}
+}
+
+// logTails logs the end of every log file under dir: the test's data
+// directory is removed when it ends.
+func logTails(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, f := range files {
+		t.Logf("%s: %s", filepath.Base(f), tail(f, 5))
+	}
+}
+
+// TestIdleClusterCost: 71 LISTs a minute for 30 days, and the model's
+// LISTs of 64 shards and clock reads of 3 runners.
+func TestIdleClusterCost(t *testing.T) {
+	m := IdleModel{ListsPerShardHour: 2, HeadBucketPerRunnerHour: 60}
+	c := idleClusterCost(3, 64, Classes{PutClass: 71}, m)
+	want := 1440 * 30 * 71 * 0.005 / 1000                    // $15.34
+	wantModel := 24 * 30 * (64*2*0.005 + 3*60*0.0004) / 1000 // $0.51
+	if math.Abs(c.USD-want) > 0.005 || math.Abs(c.ModelUSD-wantModel) > 0.005 || c.Runners != 3 || c.Shards != 64 || c.Days != 30 {
+		t.Fatalf("idle cluster cost %+v, want $%.2f measured and $%.2f by the model", c, want, wantModel)
+	}
+	for _, s := range []string{"1440 × 30 × (71 × 0.005", "64 shards × 2 LIST/shard/h"} {
+		if !strings.Contains(c.Formula+" "+c.ModelFormula, s) {
+			t.Errorf("formulas %q and %q do not show %q", c.Formula, c.ModelFormula, s)
+		}
+	}
+}
+
+// TestLoadFigures: 90 requests of 3 runners over 10s while 30 tasks ran.
+func TestLoadFigures(t *testing.T) {
+	f := loadFigures(map[string]float64{"list": 60, "get": 30}, 30, 10*time.Second)
+	if f.TasksPerS != 3 || f.PerMinutePerRunner != 180 || f.Requests["list"] != 60 || f.WindowS != 10 {
+		t.Fatalf("load figures %+v, want 3 tasks/s, 180 requests/min/runner", f)
+	}
+	if c := f.PerMinutePerRunnerClasses; c.PutClass != 120 || c.GetClass != 60 {
+		t.Errorf("by class %+v, want 120 PUT-class and 60 GET-class a minute", c)
+	}
+	if z := loadFigures(nil, 0, 0); z.PerMinutePerRunner != 0 || z.TasksPerS != 0 {
+		t.Errorf("empty window: %+v", z)
+	}
+}
+
+// TestReportNamesBackend: the table and the JSON name the coordination
+// backend, and a skipped scenario says why in both.
+func TestReportNamesBackend(t *testing.T) {
+	rep := &Report{Settings: Settings{Trials: 1, LeaseTTLMS: 3000, Coordination: CoordinationS3},
+		Scenarios: map[string]Result{ScenarioDetach: &SkippedResult{Skipped: true, Reason: "no etcd to partition"}}}
+	var table, js strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"coordination s3,", "detach\n  skipped  no etcd to partition"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, table.String())
+		}
+	}
+	for _, s := range []string{`"coordination": "s3"`, `"skipped": true`, `"reason": "no etcd to partition"`} {
+		if !strings.Contains(js.String(), s) {
+			t.Errorf("JSON lacks %s:\n%s", s, js.String())
+		}
+	}
 }

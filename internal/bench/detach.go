@@ -160,7 +160,7 @@ func detachTrial(ctx context.Context, e *env, n int) (DetachTrial, time.Duration
 	}
 
 	// The runner's lease, from its key, read by the bench directly.
-	cli := c.store.Client()
+	cli := c.etcd.Client()
 	key := runner.EtcdPrefix(c.Name) + "runners/" + id
 	gctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
 	resp, err := cli.Get(gctx, key)

@@ -16,8 +16,9 @@
 //   - throughput: no-op tasks per second with one and three runners.
 //   - latency: submit → handler start, one task at a time, with wake-ups.
 //   - s3cost: S3 requests per completed task by operation, counted on the
-//     wire by counting proxies (internal/s3count), idle requests per
-//     minute, and a monthly request-cost estimate.
+//     wire by counting proxies (internal/s3count), the runners' requests
+//     per minute under load and idle, and monthly request-cost estimates
+//     (a workload's, and the idle 3-runner, 64-shard cluster's).
 //   - assign: compute time of placement.Assign and Reassign (package
 //     sharding/placement).
 //   - call: entity calls from a closed loop of callers inside one runner's
@@ -31,6 +32,16 @@
 //     runners, read from etcd), a SIGTERM and a SIGKILL until the victim's
 //     shards are re-owned, and the idle cluster's etcd requests/s (etcd's
 //     own counters) and S3 requests/s (on the wire).
+//
+// Options.Coordination picks the runners' coordination backend: etcd (the
+// default) or s3, where the runners register, lock shards and wake each
+// other through conditional writes in the bucket and no etcd is started.
+// The bench follows the cluster through a coordination store of its own
+// (on S3, on its own connection, polling at the runners' shortest
+// interval), never through a runner's connection, so that its reads are
+// not counted as the runners' requests; on S3, s3cost's and scale's S3
+// counts include the runners' coordination requests. Scenarios that exist
+// only on etcd (detach) are reported as skipped on S3.
 //
 // Every wait is bounded, and every runner, child process and server the
 // run starts is stopped when it ends, fails or is interrupted.

@@ -42,6 +42,7 @@ type env struct {
 	tempDir  bool   // dir was made for this run
 	runID    string // makes cluster names unique across runs on one etcd
 	infra    Infra
+	started  bool // infra is set: the servers are up and the bucket exists
 	embedded bool // the servers are ours (not Options.Infra)
 	exe      string
 	progress io.Writer
@@ -127,11 +128,12 @@ func (e *env) close(failed bool) {
 }
 
 // servers returns the etcd and S3 to use, starting the embedded ones on
-// first call.
+// first call. Runners that coordinate on S3 need no etcd: none is started
+// for them (EtcdEndpoint stays empty).
 func (e *env) servers(ctx context.Context) (Infra, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.infra.EtcdEndpoint != "" {
+	if e.started {
 		return e.infra, nil
 	}
 	if o := e.o.Infra; o != nil {
@@ -143,12 +145,18 @@ func (e *env) servers(ctx context.Context) (Infra, error) {
 			e.infra.Bucket = benchBucket
 		}
 	} else {
-		e.logf("starting embedded etcd and S3 in %s", e.dir)
-		etcdSrv, err := embedded.StartEtcd(embedded.EtcdConfig{Dir: filepath.Join(e.dir, "etcd"), Fast: true, StartTimeout: setupTimeout})
-		if err != nil {
-			return Infra{}, fmt.Errorf("bench: %w", err)
+		etcdEndpoint := ""
+		if e.o.onS3() {
+			e.logf("starting embedded S3 in %s (coordination on S3: no etcd)", e.dir)
+		} else {
+			e.logf("starting embedded etcd and S3 in %s", e.dir)
+			etcdSrv, err := embedded.StartEtcd(embedded.EtcdConfig{Dir: filepath.Join(e.dir, "etcd"), Fast: true, StartTimeout: setupTimeout})
+			if err != nil {
+				return Infra{}, fmt.Errorf("bench: %w", err)
+			}
+			e.closers = append(e.closers, etcdSrv.Close)
+			etcdEndpoint = etcdSrv.Endpoint()
 		}
-		e.closers = append(e.closers, etcdSrv.Close)
 		// VersityGW prints a notice on stdout (fmt.Println), where the
 		// report goes: point os.Stdout at stderr for the gateway's life.
 		// Callers hold their own stdout (the CLI's Stdout is captured at
@@ -177,13 +185,14 @@ func (e *env) servers(ctx context.Context) (Infra, error) {
 			}
 		})
 		e.embedded = true
-		e.infra = Infra{EtcdEndpoint: etcdSrv.Endpoint(), S3Endpoint: s3Srv.Endpoint(), S3Region: s3Srv.Region(),
+		e.infra = Infra{EtcdEndpoint: etcdEndpoint, S3Endpoint: s3Srv.Endpoint(), S3Region: s3Srv.Region(),
 			AccessKey: benchAccessKey, SecretKey: benchSecretKey, Bucket: benchBucket}
 	}
 	if err := ensureBucket(ctx, e.infra); err != nil {
 		e.infra = Infra{}
 		return Infra{}, err
 	}
+	e.started = true
 	return e.infra, nil
 }
 

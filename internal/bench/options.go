@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/runner"
 )
 
 // Scenario names, in the order "all" runs them.
@@ -102,10 +104,43 @@ type Options struct {
 	// ScaleShards is scale's shard count; 0: DefaultScaleShards
 	// (QuickScaleShards with Quick).
 	ScaleShards int
+	// Coordination is the runners' coordination backend: CoordinationEtcd
+	// (the default when empty) or CoordinationS3. On S3 no etcd is
+	// started or needed, and the scenarios that exist only on etcd
+	// (detach, which partitions etcd) are reported as skipped.
+	Coordination string
 }
 
+// Coordination backends (Options.Coordination), as the runner config
+// names them.
+const (
+	// CoordinationEtcd: runners register, lock shards and wake each other
+	// through etcd.
+	CoordinationEtcd = runner.CoordinationEtcd
+	// CoordinationS3: the same through conditional writes in the S3
+	// bucket, polled.
+	CoordinationS3 = runner.CoordinationS3
+)
+
+// CoordinationEnv names the environment variable Run reads the backend
+// from when Options.Coordination is empty: a stopgap for the CLI, until
+// `tenure bench` has a flag of its own for it.
+const CoordinationEnv = "TENURE_BENCH_COORDINATION"
+
+// coordination returns the backend in force.
+func (o Options) coordination() string {
+	if o.Coordination == "" {
+		return CoordinationEtcd
+	}
+	return o.Coordination
+}
+
+// onS3 reports whether the runners coordinate on S3.
+func (o Options) onS3() bool { return o.coordination() == CoordinationS3 }
+
 // Infra is an etcd and an S3 server to run against instead of embedded
-// ones (tests use it to share their servers).
+// ones (tests use it to share their servers). EtcdEndpoint may be empty
+// when the runners coordinate on S3.
 type Infra struct {
 	EtcdEndpoint string // client URL, e.g. http://127.0.0.1:2379
 	S3Endpoint   string // e.g. http://127.0.0.1:7070 (path-style addressing)
@@ -160,6 +195,11 @@ func (o Options) Validate() error {
 	if o.ScaleShards < 0 || o.ScaleShards > MaxScaleShards {
 		return fmt.Errorf("%w: ScaleShards = %d: must be in [1, %d] (0: the default)", ErrInvalidOptions, o.ScaleShards, MaxScaleShards)
 	}
+	switch o.Coordination {
+	case "", CoordinationEtcd, CoordinationS3:
+	default:
+		return fmt.Errorf("%w: Coordination = %q: must be %s or %s", ErrInvalidOptions, o.Coordination, CoordinationEtcd, CoordinationS3)
+	}
 	if l := o.S3Latency; l != nil {
 		if err := l.validate(); err != nil {
 			return fmt.Errorf("%w: S3Latency %s: %v", ErrInvalidOptions, l, err)
@@ -167,8 +207,8 @@ func (o Options) Validate() error {
 	}
 	if i := o.Infra; i != nil {
 		switch {
-		case i.EtcdEndpoint == "":
-			return fmt.Errorf("%w: Infra.EtcdEndpoint is required", ErrInvalidOptions)
+		case i.EtcdEndpoint == "" && !o.onS3():
+			return fmt.Errorf("%w: Infra.EtcdEndpoint is required (coordination on etcd)", ErrInvalidOptions)
 		case i.S3Endpoint == "":
 			return fmt.Errorf("%w: Infra.S3Endpoint is required", ErrInvalidOptions)
 		case (i.AccessKey == "") != (i.SecretKey == ""):

@@ -21,7 +21,9 @@ import (
 // S3 cost scenario settings.
 const (
 	costRunners = 3
-	costShards  = 16
+	// costShards is the shard count of the idle cluster priced in
+	// IdleClusterCost.
+	costShards = 64
 	// settleWithin bounds the wait for the start-up listings to end.
 	settleWithin = 30 * time.Second
 	// typeCost is the task type of the happy path: it returns its input.
@@ -85,9 +87,15 @@ type S3CostResult struct {
 	PerTaskClient  map[string]float64 `json:"per_task_client"`
 	PerTaskRunners map[string]float64 `json:"per_task_runners"`
 	PerTaskClasses Classes            `json:"per_task_by_class"`
-	Idle           IdleFigures        `json:"idle"`
-	Cost           CostEstimate       `json:"monthly_cost"`
-	Trials         []S3CostTrial      `json:"trials"`
+	// UnderLoad is the runners' S3 request rate while the trials' tasks
+	// ran.
+	UnderLoad LoadFigures  `json:"under_load"`
+	Idle      IdleFigures  `json:"idle"`
+	Cost      CostEstimate `json:"monthly_cost"`
+	// IdleCluster is the monthly request cost of the measured cluster
+	// (Runners runners, Shards shards) left idle.
+	IdleCluster IdleClusterCost `json:"idle_cluster_monthly_cost"`
+	Trials      []S3CostTrial   `json:"trials"`
 }
 
 // S3CostTrial is one batch of happy-path tasks.
@@ -119,12 +127,64 @@ type IdleFigures struct {
 	PerMinutePerRunner float64        `json:"per_minute_per_runner"`
 	// PerMinutePerRunnerClasses are PerMinutePerRunner by price class.
 	PerMinutePerRunnerClasses Classes `json:"per_minute_per_runner_by_class"`
-	// Etcd is the idle runners' etcd requests over the same window.
-	Etcd IdleEtcd `json:"etcd"`
+	// Etcd is the idle runners' etcd requests over the same window; nil
+	// when the runners coordinate on S3 (their coordination requests are
+	// then among Requests).
+	Etcd *IdleEtcd `json:"etcd,omitempty"`
 	// Model is the steady state of an idle cluster by the runners'
 	// configuration: the window above follows the trials' activity, so
 	// its shards list every reconcile interval, before backing off.
 	Model IdleModel `json:"model"`
+}
+
+// LoadFigures are the runners' S3 requests while tasks run: over the
+// trials' batches together, from the first submit of each to its last
+// completion (and its ready pointers' deletion), the submitter's requests
+// left out.
+type LoadFigures struct {
+	WindowS   float64        `json:"window_s"`
+	Tasks     int            `json:"tasks"`
+	TasksPerS float64        `json:"tasks_per_s"`
+	Requests  map[string]int `json:"requests"` // in the window, by operation
+	// PerMinutePerRunner is Requests per minute of the window, per runner.
+	PerMinutePerRunner        float64 `json:"per_minute_per_runner"`
+	PerMinutePerRunnerClasses Classes `json:"per_minute_per_runner_by_class"`
+}
+
+// IdleClusterCost prices the idle cluster's measured requests over a month
+// of Days days at the published S3 Standard prices.
+type IdleClusterCost struct {
+	Runners int `json:"runners"`
+	Shards  int `json:"shards"`
+	Days    int `json:"days"`
+	// USD is the measured idle window's requests (IdleFigures: scaled up
+	// when the window is short), priced.
+	USD float64 `json:"usd"`
+	// PerMinute is the whole cluster's idle requests per minute by class.
+	PerMinute Classes `json:"per_minute_by_class"`
+	Formula   string  `json:"formula"`
+	// ModelUSD prices the task store's steady state by IdleModel (the
+	// shards' reconcile and sweep LISTs, the runners' clock reads):
+	// what a window right after the trials, while the shards' listings
+	// have not backed off, or one too short to see them, does not show.
+	// It leaves out coordination on S3, which only USD counts.
+	ModelUSD     float64 `json:"model_usd"`
+	ModelFormula string  `json:"model_formula"`
+}
+
+// idleClusterCost prices perMinute, the idle requests per minute of a
+// cluster of runners runners and shards shards, over EstimateDays days.
+func idleClusterCost(runners, shards int, perMinute Classes, m IdleModel) IdleClusterCost {
+	minutes := float64(60 * 24 * EstimateDays)
+	usd := minutes * perMinute.usdPer1000() / 1000
+	hours := float64(24 * EstimateDays)
+	model := hours * (float64(shards)*m.ListsPerShardHour*PricePutClass + float64(runners)*m.HeadBucketPerRunnerHour*PriceGetClass) / 1000
+	return IdleClusterCost{Runners: runners, Shards: shards, Days: EstimateDays, USD: round(usd, 2), PerMinute: perMinute,
+		ModelUSD: round(model, 2),
+		ModelFormula: fmt.Sprintf("24 h × %d days × (%d shards × %g LIST/shard/h × $%g + %d runners × %g HeadBucket/runner/h × $%g)/1000",
+			EstimateDays, shards, m.ListsPerShardHour, PricePutClass, runners, m.HeadBucketPerRunnerHour, PriceGetClass),
+		Formula: fmt.Sprintf("1440 min × %d days × (PUT-class/min × $%g + GET-class/min × $%g)/1000 = 1440 × %d × (%.4g × %g + %.4g × %g)/1000",
+			EstimateDays, PricePutClass, PriceGetClass, EstimateDays, perMinute.PutClass, PricePutClass, perMinute.GetClass, PriceGetClass)}
 }
 
 // IdleModel is the S3 cost model of an idle cluster at steady state, per
@@ -288,7 +348,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := settleListings(ctx, runnersWire, costShards, settleWithin); err != nil {
+	if err := c.settleListings(ctx, runnersWire, costShards, settleWithin); err != nil {
 		return nil, err
 	}
 	tc, err := c.client(ctx, "s3.endpoint="+clientWire.URL())
@@ -306,8 +366,10 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	n := pick(e.o, 50, 10)
 	totalClient, totalRunners := map[string]float64{}, map[string]float64{}
 	tasks := 0
+	var loaded time.Duration
 	for i := range e.trials {
 		cBefore, rBefore := clientWire.Counts(), runnersWire.Counts()
+		t0 := time.Now()
 		done, err := completed(registries(rs), typeCost)
 		if err != nil {
 			return nil, err
@@ -329,6 +391,7 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 		if err := waitOps(ctx, runnersWire, rBefore, s3count.OpDelete, n, 10*time.Second); err != nil {
 			return nil, err
 		}
+		loaded += time.Since(t0)
 		cOps, rOps := wireOps(clientWire, cBefore), wireOps(runnersWire, rBefore)
 		all := perTask(nil, cOps, n)
 		addOps(all, perTask(nil, rOps, n))
@@ -363,20 +426,24 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	addOps(both, totalRunners)
 	res.PerTask = perTask(nil, both, tasks)
 	res.PerTaskClasses = classesOf(res.PerTask)
+	res.UnderLoad = loadFigures(totalRunners, tasks, loaded)
 
 	window := pick(e.o, time.Minute, 5*time.Second)
 	e.logf("s3cost: measuring the idle cluster's requests for %s", window)
-	etcdBefore, err := etcdcalls.Now(prometheus.DefaultGatherer)
-	if err != nil {
-		return nil, fmt.Errorf("bench: s3cost: %w", err)
+	var etcdBefore, etcdAfter etcdcalls.Calls
+	if !e.o.onS3() {
+		if etcdBefore, err = etcdcalls.Now(prometheus.DefaultGatherer); err != nil {
+			return nil, fmt.Errorf("bench: s3cost: %w", err)
+		}
 	}
 	idle, err := idleRequests(ctx, rs, runnersWire, window)
 	if err != nil {
 		return nil, err
 	}
-	etcdAfter, err := etcdcalls.Now(prometheus.DefaultGatherer)
-	if err != nil {
-		return nil, fmt.Errorf("bench: s3cost: %w", err)
+	if !e.o.onS3() {
+		if etcdAfter, err = etcdcalls.Now(prometheus.DefaultGatherer); err != nil {
+			return nil, fmt.Errorf("bench: s3cost: %w", err)
+		}
 	}
 	res.Idle = IdleFigures{WindowS: window.Seconds(), Scaled: window < time.Minute, ReconcileIntervalS: cfg.Entity.ReconcileInterval.Std().Seconds(), Requests: map[string]int{}}
 	perMin := map[string]float64{}
@@ -389,10 +456,69 @@ func runS3Cost(ctx context.Context, e *env) (Result, error) {
 	res.Idle.PerMinute = round(total*time.Minute.Seconds()/window.Seconds(), 2)
 	res.Idle.PerMinutePerRunner = round(res.Idle.PerMinute/costRunners, 3)
 	res.Idle.PerMinutePerRunnerClasses = classesOf(perMin)
-	res.Idle.Etcd = idleEtcd(etcdAfter.Since(etcdBefore), ttl.Std(), window)
+	if !e.o.onS3() {
+		ie := idleEtcd(etcdAfter.Since(etcdBefore), ttl.Std(), window)
+		res.Idle.Etcd = &ie
+	}
 	res.Idle.Model = idleModel(cfg.EntityConfig())
 	res.Cost = estimate(res.PerTaskClasses, res.Idle.PerMinutePerRunnerClasses)
+	wholeMin := map[string]float64{}
+	for op, v := range perMin {
+		wholeMin[op] = v * costRunners
+	}
+	res.IdleCluster = idleClusterCost(costRunners, costShards, classesOf(wholeMin), res.Idle.Model)
 	return res, nil
+}
+
+// loadFigures turns the runners' requests by operation over tasks tasks
+// run in window into LoadFigures.
+func loadFigures(requests map[string]float64, tasks int, window time.Duration) LoadFigures {
+	f := LoadFigures{WindowS: round(window.Seconds(), 3), Tasks: tasks, Requests: map[string]int{}}
+	if window <= 0 {
+		return f
+	}
+	perMin := map[string]float64{}
+	total := 0.0
+	for op, v := range requests {
+		f.Requests[op] = int(v)
+		perMin[op] = v * time.Minute.Seconds() / window.Seconds() / costRunners
+		total += v
+	}
+	f.TasksPerS = round(float64(tasks)/window.Seconds(), 1)
+	f.PerMinutePerRunner = round(total*time.Minute.Seconds()/window.Seconds()/costRunners, 1)
+	f.PerMinutePerRunnerClasses = classesOf(perMin)
+	return f
+}
+
+// settleListings waits for the start-up listings of the runners whose S3
+// requests wire counts (see settleListings). On S3 coordination the
+// runners' polls are LISTs too, never a second apart, so the listings
+// are taken as done once there have been as many as shards and no shard
+// lock has changed for a second: a runner lists a shard right after it
+// acquires it.
+func (c *cluster) settleListings(ctx context.Context, wire *s3count.Proxy, shards int, within time.Duration) error {
+	if !c.env.o.onS3() {
+		return settleListings(ctx, wire, shards, within)
+	}
+	deadline := time.Now().Add(within)
+	for {
+		n := wire.Counts().Requests[s3count.OpList]
+		quietFor := time.Duration(0)
+		if changes := c.locks.Since(time.Time{}); len(changes) > 0 {
+			quietFor = time.Since(changes[len(changes)-1].At)
+		}
+		if n >= shards && quietFor >= time.Second {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: the runners' start-up listings did not settle within %s (%d listings, shard locks unchanged for %s)", within, n, quietFor.Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // settleListings waits for the listing each runner makes of each shard it

@@ -106,6 +106,9 @@ type ScaleFault struct {
 // every runner together.
 type ScaleIdle struct {
 	WindowS float64 `json:"window_s"`
+	// NoEtcd: the runners coordinate on S3, with no etcd; their
+	// coordination requests are among S3Requests.
+	NoEtcd bool `json:"no_etcd,omitempty"`
 	// Etcd* are nil when the etcd server is not embedded in this process
 	// (Options.Infra pointing elsewhere): its counters are not readable.
 	EtcdPerS          *float64           `json:"etcd_requests_per_s"`
@@ -231,7 +234,7 @@ func scaleRow(ctx context.Context, e *env, s scaleSettings, n int, ports *portAl
 	if err := waitOps(ctx, wire, s3count.Counts{}, s3count.OpList, s.shards, scaleSettleWithin); err != nil {
 		return row, fmt.Errorf("the start-up listings: %w", err)
 	}
-	if row.Idle, err = scaleIdle(ctx, s, wire, procs, n); err != nil {
+	if row.Idle, err = scaleIdle(ctx, s, wire, procs, n, e.o.onS3()); err != nil {
 		return row, err
 	}
 	row.Idle.ReconcileListsPerS = round(float64(s.shards)*idleModel(cfg.EntityConfig()).ListsPerShardHour/3600, 2)
@@ -297,15 +300,15 @@ func (c *cluster) scaleFault(ctx context.Context, ch *child, sig syscall.Signal,
 func (c *cluster) awaitBalanced(ctx context.Context, want []string, procs map[string]*child, from time.Time) (time.Time, error) {
 	want = slices.Sorted(slices.Values(want))
 	var registered time.Time
-	err := harness.Await(ctx, scaleBalanceWithin, scalePoll, func() (bool, string, error) {
+	err := harness.Await(ctx, scaleBalanceWithin, c.pollEvery(scalePoll), func() (bool, string, error) {
 		if err := childrenAlive(procs); err != nil {
 			return false, "", err
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
 		runners, _, err := c.store.Runners(rctx)
 		cancel()
 		if err != nil {
-			return false, "", fmt.Errorf("bench: cluster %s: %w", c.Name, err)
+			return c.readFailed("the runners", err)
 		}
 		cands, why := registeredAs(runners, want)
 		if why != "" {
@@ -330,12 +333,17 @@ func (c *cluster) awaitBalanced(ctx context.Context, want []string, procs map[st
 // scaleIdle counts the n runners' etcd and S3 requests over the idle
 // window. Nothing else talks to etcd meanwhile: the bench's lock watch
 // only receives, and the balance polls have ended.
-func scaleIdle(ctx context.Context, s scaleSettings, wire *s3count.Proxy, procs map[string]*child, n int) (ScaleIdle, error) {
-	out := ScaleIdle{WindowS: s.idle.Seconds()}
-	etcdBefore, err := etcdcalls.Now(prometheus.DefaultGatherer)
-	counted := err == nil
-	if err != nil && !errors.Is(err, etcdcalls.ErrNoMetrics) {
-		return out, fmt.Errorf("bench: scale: %w", err)
+func scaleIdle(ctx context.Context, s scaleSettings, wire *s3count.Proxy, procs map[string]*child, n int, onS3 bool) (ScaleIdle, error) {
+	out := ScaleIdle{WindowS: s.idle.Seconds(), NoEtcd: onS3}
+	var etcdBefore etcdcalls.Calls
+	counted := false
+	if !onS3 {
+		var err error
+		etcdBefore, err = etcdcalls.Now(prometheus.DefaultGatherer)
+		counted = err == nil
+		if err != nil && !errors.Is(err, etcdcalls.ErrNoMetrics) {
+			return out, fmt.Errorf("bench: scale: %w", err)
+		}
 	}
 	s3Before := wire.Counts()
 	t0 := time.Now()
@@ -376,6 +384,9 @@ func scaleIdle(ctx context.Context, s scaleSettings, wire *s3count.Proxy, procs 
 
 // describeEtcdRate renders the idle etcd figure.
 func describeEtcdRate(i ScaleIdle) string {
+	if i.NoEtcd {
+		return "none: coordination on S3 (its requests are in idle S3)"
+	}
 	if i.EtcdPerS == nil {
 		return "not counted (etcd is not embedded in this process)"
 	}

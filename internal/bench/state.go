@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/s3count"
@@ -88,14 +87,14 @@ func runState(ctx context.Context, e *env) (Result, error) {
 	if err := c.convergedAlive(ctx, []string{owner.id}, owner.failed); err != nil {
 		return nil, err
 	}
-	if err := settleListings(ctx, wire, stateShards, settleWithin); err != nil {
+	if err := c.settleListings(ctx, wire, stateShards, settleWithin); err != nil {
 		return nil, err
 	}
 	cfg, err := c.config("bench-caller")
 	if err != nil {
 		return nil, err
 	}
-	caller, err := runner.Connect(ctx, cfg, runner.WithEtcdClient(c.store.Client()), runner.WithClientLogger(slog.New(slog.DiscardHandler)))
+	caller, err := runner.Connect(ctx, cfg, c.connectOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: state: %w", err)
 	}
@@ -143,7 +142,7 @@ func runState(ctx context.Context, e *env) (Result, error) {
 		if err := c.convergedAlive(ctx, []string{owner.id}, owner.failed); err != nil {
 			return nil, err
 		}
-		if err := settleListings(ctx, wire, stateShards, settleWithin); err != nil {
+		if err := c.settleListings(ctx, wire, stateShards, settleWithin); err != nil {
 			return nil, err
 		}
 		idle, err = counters(registries([]*inproc{owner}), "tenure_entity_passivations_total", "reason", nil)

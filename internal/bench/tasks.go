@@ -344,7 +344,8 @@ func notCompleted(ctx context.Context, tc *task.Client, refs []string, done map[
 }
 
 // LatencyResult holds the figures of latency: submit → handler start, one
-// task at a time, with wake-ups through etcd, on one in-process runner.
+// task at a time, with wake-ups through the coordination store, on one
+// in-process runner.
 type LatencyResult struct {
 	Shards int     `json:"shards"`
 	Tasks  int     `json:"tasks"`
