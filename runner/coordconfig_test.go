@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testenv"
+	"github.com/tenurehq/tenure/storage"
 	"github.com/tenurehq/tenure/storage/etcd"
 	"github.com/tenurehq/tenure/storage/s3coord"
 )
@@ -133,5 +134,53 @@ func TestEtcdRunnerRefusesS3Coordinated(t *testing.T) {
 	err = r.Run(ctx)
 	if !errors.Is(err, ErrOtherBackend) || !strings.Contains(err.Error(), "coordination: s3") || !strings.Contains(err.Error(), CoordPrefix(cfg)) {
 		t.Fatalf("Run on etcd with an S3 coordination meta in the bucket: %v, want ErrOtherBackend naming coordination: s3 and %s", err, CoordPrefix(cfg))
+	}
+}
+
+// TestS3RunnerRefusesEtcdCoordinated: the other way round. A runner on
+// etcd marks the bucket (coordination/etcd) before it looks for the S3
+// backend's meta; a runner on S3 whose bucket holds that mark refuses to
+// start, naming the setting, and writes nothing of its own first (no
+// coord/meta that would stop the etcd runners at their next start).
+func TestS3RunnerRefusesEtcdCoordinated(t *testing.T) {
+	c := newTestCluster(t)
+	cfg, _ := c.config("r1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	obj, err := NewObjectStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An etcd runner's start leaves the mark.
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	testenv.WaitFor(t, "the etcd runner's mark in the bucket", 30*time.Second, func() bool {
+		_, err := obj.Head(ctx, etcdMarkKey)
+		return err == nil
+	})
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("etcd runner: %v", err)
+	}
+
+	s3cfg := cfg
+	s3cfg.Coordination = CoordinationS3
+	s3cfg.RunnerID = "r2"
+	s3cfg.S3Coord.PollMax = Duration(time.Second) // below the test lease
+	r2, err := New(s3cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r2.Run(ctx)
+	if !errors.Is(err, ErrOtherBackend) || !strings.Contains(err.Error(), "coordination: etcd") || !strings.Contains(err.Error(), etcdMarkKey) {
+		t.Fatalf("Run on S3 with the etcd mark in the bucket: %v, want ErrOtherBackend naming coordination: etcd and %s", err, etcdMarkKey)
+	}
+	if _, err := obj.Head(ctx, s3MarkKey); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("the refused S3 runner left %s behind (Head: %v): the etcd runners would refuse at their next start", s3MarkKey, err)
 	}
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -202,32 +203,57 @@ func EtcdTLS(c EtcdConfig) (*tls.Config, error) {
 		"etcd.cert_file/key_file", c.CertFile, c.KeyFile)
 }
 
-// ErrOtherBackend reports a runner on etcd whose bucket holds the
-// cluster's coordination records on S3: runners of one cluster on both
-// backends would each see only their own kind, and both would own every
-// shard.
+// ErrOtherBackend reports a runner whose cluster's bucket says the
+// cluster coordinates on the other backend: runners of one cluster on
+// both backends would each see only their own kind, and both would own
+// every shard.
 var ErrOtherBackend = errors.New("runner: the cluster coordinates on the other backend")
 
-// checkBackend refuses to start a runner on etcd when the cluster's
-// bucket holds an S3 coordination meta (the first S3 runner writes it):
-// with one HEAD, it catches a runner started with the old setting during a
-// move to S3, or a config that lost its coordination key. The other way
-// round cannot be checked from S3 without etcd settings, which an S3
-// config need not have; the docs say to stop every runner before a move.
-func (r *Runner) checkBackend(ctx context.Context) error {
-	if !r.cfg.UsesEtcd() {
-		return nil
-	}
+// etcdMarkKey is the object, under the cluster's S3 prefix, that says the
+// cluster coordinates on etcd; s3MarkKey is the S3 backend's meta, which
+// says it coordinates on S3.
+const (
+	etcdMarkKey = "coordination/etcd"
+	s3MarkKey   = "coord/meta"
+)
+
+// checkBackend refuses to start a runner whose cluster's bucket shows
+// runners on the other backend. Each backend marks the bucket: an etcd
+// runner creates etcdMarkKey (once per cluster), an S3 runner's cluster
+// meta is s3MarkKey (written by EnsureMeta). A runner looks for the other
+// backend's mark before it writes anything (mark false), so that a runner
+// started on the wrong backend leaves no mark of its own that would stop
+// the cluster's runners at their next start; and again once its own mark
+// is written (mark true: an etcd runner writes it here, an S3 runner's
+// EnsureMeta has), so that of two runners of one cluster started on
+// different backends at once, at least one sees the other's mark and
+// refuses: never both run. A cluster moves between backends with every
+// runner stopped and the other backend's objects deleted
+// (docs/operations.md); the error says which.
+func (r *Runner) checkBackend(ctx context.Context, mark bool) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.S3.RequestTimeout.Std())
 	defer cancel()
-	key := "coord/meta"
-	_, err := r.obj.Head(ctx, key)
+	other, otherName, ours := s3MarkKey, "coordination: s3", "etcd"
+	if r.cfg.UsesEtcd() && mark {
+		body, _ := json.Marshal(map[string]string{"coordination": CoordinationEtcd, "cluster": r.cfg.Cluster, "written_by": r.cfg.RunnerID})
+		if _, err := r.obj.Create(ctx, etcdMarkKey, body); err != nil && !errors.Is(err, storage.ErrPrecondition) {
+			return fmt.Errorf("runner %s: marking the bucket as coordinated on etcd (%s%s): %w", r.cfg.RunnerID, S3Prefix(r.cfg), etcdMarkKey, err)
+		}
+	}
+	if !r.cfg.UsesEtcd() {
+		other, otherName, ours = etcdMarkKey, "coordination: etcd", "s3"
+	}
+	_, err := r.obj.Head(ctx, other)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return nil
 	case err != nil:
-		return fmt.Errorf("runner %s: checking for coordination records on S3: %w", r.cfg.RunnerID, err)
+		return fmt.Errorf("runner %s: checking the bucket for the other coordination backend's records (%s%s): %w", r.cfg.RunnerID, S3Prefix(r.cfg), other, err)
 	}
-	return fmt.Errorf("runner %s: cluster %q: %w: coordination is etcd here, but the bucket holds %s%s, written by a runner with coordination: s3; runners on both would each own every shard. Set coordination: s3, or, to move the cluster back to etcd, stop every runner and delete the objects under %s",
-		r.cfg.RunnerID, r.cfg.Cluster, ErrOtherBackend, S3Prefix(r.cfg), key, CoordPrefix(r.cfg))
+	if ours == "etcd" {
+		return fmt.Errorf("runner %s: cluster %q: %w: coordination is etcd here, but the bucket holds %s%s, written by a runner with %s; runners on both would each own every shard. Set coordination: s3, or, to move the cluster back to etcd, stop every runner and delete the objects under %s",
+			r.cfg.RunnerID, r.cfg.Cluster, ErrOtherBackend, S3Prefix(r.cfg), other, otherName, CoordPrefix(r.cfg))
+	}
+	return fmt.Errorf("runner %s: cluster %q: %w: coordination is s3 here, but the bucket holds %s%s, written by a runner with %s; runners on both would each own every shard. Set coordination: etcd, or, to move the cluster to S3, stop every runner and delete %s%s (and, to start afresh, %s)",
+		r.cfg.RunnerID, r.cfg.Cluster, ErrOtherBackend, S3Prefix(r.cfg), other, otherName, S3Prefix(r.cfg), other, CoordPrefix(r.cfg))
 }

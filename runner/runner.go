@@ -284,7 +284,9 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	if err := r.checkBackend(ctx); err != nil {
+	// A bucket that already shows the other backend's runners refuses
+	// this one before it writes anything (see checkBackend).
+	if err := r.checkBackend(ctx, false); err != nil {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.coordRequestTimeout())
@@ -293,6 +295,11 @@ func (r *Runner) Run(ctx context.Context) (err error) {
 	cancel()
 	if err != nil {
 		return fmt.Errorf("runner %s: cluster %q: %w", r.cfg.RunnerID, r.cfg.Cluster, err)
+	}
+	// After the meta: each backend's mark is written before the other's
+	// is looked for again (see checkBackend).
+	if err := r.checkBackend(ctx, true); err != nil {
+		return err
 	}
 	r.life.connected(stored)
 

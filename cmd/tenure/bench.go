@@ -49,12 +49,13 @@ type benchOptions = bench.Options
 
 func newBenchCmd(cli *CLI) *cobra.Command {
 	var (
-		trials int
-		data   string
-		quick  bool
-		s3lat  string
-		scaleN []int
-		shards int
+		trials       int
+		data         string
+		quick        bool
+		s3lat        string
+		coordination string
+		scaleN       []int
+		shards       int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO... | all",
@@ -87,6 +88,7 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 				return usagef("--shards %d: must be in [1, %d]", shards, bench.MaxScaleShards)
 			}
 			o.ScaleRunners, o.ScaleShards = scaleN, shards
+			o.Coordination = coordination
 			o.Scenarios, o.Trials, o.Quick, o.DataDir = args, trials, quick, data
 			o.Progress, o.Version = cli.Stderr, cli.Version
 			return runBench(cmd.Context(), cli, o, cli.wantJSON(cmd))
@@ -96,6 +98,7 @@ func newBenchCmd(cli *CLI) *cobra.Command {
 	fs.IntVar(&trials, "trials", 0, fmt.Sprintf("trials per scenario (default %d, %d with --quick)", bench.DefaultTrials, bench.QuickTrials))
 	fs.StringVar(&data, "data", "", "directory for the servers' data and the logs, kept (default: a temporary one, removed after a successful run)")
 	fs.BoolVar(&quick, "quick", false, "a fast smoke run: fewer tasks, a 5s idle window, smaller assignments, short call windows")
+	fs.StringVar(&coordination, "coordination", "", "the runners' coordination backend: etcd (default) or s3 (no etcd is started; detach is reported as skipped)")
 	fs.StringVar(&s3lat, "s3-latency", "", "simulated S3 round trip on the runners' and submitters' requests, RTT[,jitter=J] (e.g. 20ms,jitter=10ms); latency-profile measures this one instead of 20ms and 5ms")
 	fs.IntSliceVar(&scaleN, "runners", nil, fmt.Sprintf("scale: runner process counts, one row each, e.g. 3,10 (default %s; %s with --quick)",
 		joinInts(bench.DefaultScaleRunners()), joinInts(bench.QuickScaleRunners)))

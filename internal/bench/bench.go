@@ -87,9 +87,6 @@ var scenarioFuncs = map[string]func(context.Context, *env) (Result, error){
 // directory for its logs. Everything it started is stopped before it
 // returns.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
-	if o.Coordination == "" {
-		o.Coordination = os.Getenv(CoordinationEnv)
-	}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}

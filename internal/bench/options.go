@@ -122,10 +122,6 @@ const (
 	CoordinationS3 = runner.CoordinationS3
 )
 
-// CoordinationEnv names the environment variable Run reads the backend
-// from when Options.Coordination is empty: a stopgap for the CLI, until
-// `tenure bench` has a flag of its own for it.
-const CoordinationEnv = "TENURE_BENCH_COORDINATION"
 
 // coordination returns the backend in force.
 func (o Options) coordination() string {
