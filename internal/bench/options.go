@@ -122,7 +122,6 @@ const (
 	CoordinationS3 = runner.CoordinationS3
 )
 
-
 // coordination returns the backend in force.
 func (o Options) coordination() string {
 	if o.Coordination == "" {
