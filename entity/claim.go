@@ -401,13 +401,35 @@ func (p *pipeline) decidePending(s *seen) verdict {
 	return s.claim()
 }
 
+// lastModifiedGrain is the resolution of an object's LastModified: S3
+// truncates it to the second.
+const lastModifiedGrain = time.Second
+
+// orphanAge is how long a pointer without its object has been seen so:
+// for as long as this executor has seen it (seen), or, if longer, since
+// the pointer was written by the S3 clock (written, from a listing; zero
+// if unknown), less LastModified's resolution. The pointer's own age
+// matters because an executor's memory starts with its ownership: a
+// runner that detaches and re-attaches, or a shard that changes hands,
+// more often than OrphanWait would otherwise wait out the same failed
+// submission again at every ownership, and the entity's later tasks,
+// queued behind it, would never run.
+func orphanAge(seen time.Duration, written time.Time, now storage.ServerTime) time.Duration {
+	if written.IsZero() {
+		return seen
+	}
+	return max(seen, now.Earliest().Sub(written.Add(lastModifiedGrain)))
+}
+
 // orphan decides on a pointer whose task object does not exist. The
 // submitter writes the pointer first and the object right after, so a young
 // one is most likely a submission in progress: it is looked at again
 // shortly, with backoff, keeping its place at the head of its entity's
 // mailbox, for up to OrphanWait. Past that the submission is taken to have
 // failed and the entity's later tasks go ahead; the pointer is deleted once
-// it is OrphanPointerAge old. orphan looks again at once if a wake-up for
+// it is OrphanPointerAge old. Its age counts from when the pointer was
+// written, where a listing says so, not only from this ownership's first
+// look (see orphanAge). orphan looks again at once if a wake-up for
 // the pointer came while it was being looked at: a submitter wakes the
 // owner only after writing the object, so the object exists now. A wake-up
 // that comes while the pointer waits in the heap makes it due at once (see
@@ -425,7 +447,7 @@ func (p *pipeline) orphan(it *item, now storage.ServerTime) verdict {
 		first = time.Now()
 		p.s.orphans[id] = first
 	}
-	age := time.Since(first)
+	age := orphanAge(time.Since(first), it.ptr.Written, now)
 	switch {
 	case age < p.h.cfg.OrphanWait:
 		return waitUntil(now.Latest().Add(min(max(age/2, 100*time.Millisecond), 2*time.Second)))

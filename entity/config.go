@@ -59,7 +59,10 @@ type Config struct {
 	HookTimeout time.Duration
 	// OrphanPointerAge is how old a ready pointer whose task object does not
 	// exist must be before it is deleted: the submitter writes the pointer
-	// first, so a young one may be a submission in progress. Default 5m.
+	// first, so a young one may be a submission in progress. A pointer's
+	// age counts from its write by the S3 clock (its LastModified, less
+	// its one-second resolution) when a listing found it, or from this
+	// ownership's first look if that is longer ago. Default 5m.
 	OrphanPointerAge time.Duration
 	// OrphanWait is how long a ready pointer found without its task object
 	// is looked at again, with backoff from 100ms, while it keeps its place
@@ -69,6 +72,9 @@ type Config struct {
 	// Past OrphanWait the submission is taken to have failed: the entity's
 	// later tasks go ahead, and the pointer is deleted once it is
 	// OrphanPointerAge old (or run, if its object and wake-up still come).
+	// The wait counts the pointer's age as OrphanPointerAge does, so a
+	// failed submission is waited out once, not again by every ownership
+	// of its shard (a runner that re-attaches, a shard that moves).
 	// Default 10s.
 	OrphanWait time.Duration
 	// TaskRetention is how long a finished task (completed, failed or

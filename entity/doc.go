@@ -68,7 +68,10 @@
 // lapse, a store call that failed, a commit abandoned after an outage of a
 // task lease, a retry waiting out its backoff, and a ready pointer whose
 // object the submitter has not written yet (looked at again with backoff
-// for Config.OrphanWait, rather than at the next reconciliation).
+// for Config.OrphanWait, rather than at the next reconciliation). That
+// wait counts from the pointer's write by the S3 clock, so a failed
+// submission holds its entity once, not again at every ownership of its
+// shard.
 //
 // # Discovery and wake-ups
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,5 +133,153 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 	case <-c:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// failedCreate fails every Create: a submitter that wrote a task's
+// pointer and died before writing its object.
+type failedCreate struct{ storage.ObjectStore }
+
+func (failedCreate) Create(context.Context, string, []byte) (string, error) {
+	return "", errors.New("test: the submitter died before writing the task object")
+}
+
+// countedGets counts the reads of one task object (the looks at its
+// pointer).
+type countedGets struct {
+	storage.ObjectStore
+	suffix string
+	n      atomic.Int64
+}
+
+func (c *countedGets) Get(ctx context.Context, key string) (storage.Object, error) {
+	if strings.HasSuffix(key, c.suffix) {
+		c.n.Add(1)
+	}
+	return c.ObjectStore.Get(ctx, key)
+}
+
+// TestOrphanWaitedOutOnceAcrossOwnerships: an entity's oldest pointer is
+// a failed submission's (no task object), already older than OrphanWait
+// in S3 time, and behind it the entity's head task was left running
+// under an expired enforced claim of another runner and epoch. A fresh
+// ownership (a new runner here; a re-attachment or a shard changing
+// hands in the soak) leaves the orphan at its first look and takes the
+// head over at once: it does not wait OrphanWait again, from its own
+// first look, before the entity's tasks may go on. In the soak a runner
+// detaching every few seconds under load waited the orphan out afresh at
+// every re-attachment, and the entity's tasks stalled for twenty
+// minutes.
+func TestOrphanWaitedOutOnceAcrossOwnerships(t *testing.T) {
+	e := newEnv(t, 1)
+	e.ecfg.OrphanWait = 2 * time.Second
+	e.ecfg.OrphanPointerAge = 10 * time.Minute
+	e.ecfg.ReconcileInterval = time.Minute // one listing: this ownership's first
+
+	// The failed submission: its pointer, no object.
+	dead, err := task.NewClient(task.NewStore(failedCreate{e.newTaskStore().Objects()}), task.ClientConfig{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphanID := task.NewID()
+	if _, _, err := dead.Submit(ctxFor(t, 10*time.Second), task.SubmitRequest{ID: orphanID, Type: "stall", Entity: "e1"}); err == nil {
+		t.Fatal("the dead submitter's submission succeeded")
+	}
+	head := e.submit(task.SubmitRequest{Type: "stall", Entity: "e1", MaxAttempts: 5})
+	next := e.submit(task.SubmitRequest{Type: "stall", Entity: "e1"})
+
+	// The head: running under the expired enforced claim of a runner that
+	// owned the shard at an earlier epoch.
+	ctx := ctxFor(t, 10*time.Second)
+	now, err := e.tasks.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ht, etag, err := e.tasks.Load(ctx, head.Shard, head.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ht.ClaimFor(now.Earliest(), task.ClaimInfo{RunnerID: "gone", Epoch: 1, LeaseID: 1, Lease: time.Second, Enforced: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.tasks.Write(ctx, ht, etag); err != nil {
+		t.Fatal(err)
+	}
+
+	// Earlier owners waited the orphan out: its pointer is older than
+	// OrphanWait by the S3 clock (LastModified's second included).
+	var written time.Time
+	page, err := e.tasks.Objects().List(ctx, task.PointerPrefix(head.Shard), storage.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range page.Objects {
+		if strings.Contains(o.Key, orphanID) {
+			written = o.LastModified
+		}
+	}
+	if written.IsZero() {
+		t.Fatalf("no pointer of the failed submission %s listed in %+v", orphanID, page.Objects)
+	}
+	testenv.WaitFor(t, "the orphan pointer to be older than OrphanWait", 20*time.Second, func() bool {
+		now, err := e.tasks.Now(ctxFor(t, 5*time.Second))
+		return err == nil && now.Earliest().After(written.Add(time.Second+e.ecfg.OrphanWait))
+	})
+
+	looks := &countedGets{suffix: orphanID + ".json"}
+	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
+		looks.ObjectStore = s
+		return looks
+	}
+	started := make(chan int64, 2) // the orphan's looks when a handler starts
+	e.start("fresh", func(n *node, h *Host) {
+		if err := h.RegisterFunc("stall", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			if tk.ID == head.ID {
+				started <- looks.n.Load()
+			}
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	got := e.final(head.Ref(), 20*time.Second)
+	if got.Status != task.Completed {
+		t.Fatalf("head %s: %s", head.Ref(), got.Status)
+	}
+	if n := <-started; n != 1 {
+		t.Errorf("the orphan was looked at %d times before the head started; want 1: it was waited out again", n)
+	}
+	taken := false
+	for _, h := range got.History {
+		taken = taken || (h.Event == task.EventTakenOver && h.Runner == "fresh")
+	}
+	if !taken {
+		t.Errorf("head %s was not taken over by the fresh owner: %+v", head.Ref(), got.History)
+	}
+	if got := e.final(next.Ref(), 20*time.Second); got.Status != task.Completed {
+		t.Fatalf("next %s: %s", next.Ref(), got.Status)
+	}
+}
+
+// TestOrphanAge: a listed pointer's age is its S3 age, less
+// LastModified's second, when that is longer than this ownership has
+// seen it; a pointer not from a listing is as old as this ownership has
+// seen it.
+func TestOrphanAge(t *testing.T) {
+	now := storage.ServerTime{Now: time.Date(2026, 11, 27, 19, 45, 0, 0, time.UTC), Uncertainty: 50 * time.Millisecond}
+	for _, c := range []struct {
+		name    string
+		seen    time.Duration
+		written time.Time
+		want    time.Duration
+	}{
+		{"not listed", 3 * time.Second, time.Time{}, 3 * time.Second},
+		{"written long ago", 0, now.Now.Add(-7 * time.Minute), 7*time.Minute - time.Second - 50*time.Millisecond},
+		{"written just now", 200 * time.Millisecond, now.Now, 200 * time.Millisecond},
+		{"seen longer than written", 30 * time.Second, now.Now.Add(-10 * time.Second), 30 * time.Second},
+	} {
+		if got := orphanAge(c.seen, c.written, now); got != c.want {
+			t.Errorf("%s: orphanAge = %s, want %s", c.name, got, c.want)
+		}
 	}
 }

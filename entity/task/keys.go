@@ -149,6 +149,12 @@ type Pointer struct {
 	// EntityKey is the task's EntityKey, empty for an entity-less task:
 	// it lets an executor serialise an entity's tasks before reading them.
 	EntityKey string
+	// Written is when the pointer was last written, in S3 time, as a
+	// listing reported it (the object's LastModified); zero when the
+	// pointer did not come from a listing (a wake-up, a parsed key). It
+	// tells how long a pointer has been there whoever looked at it
+	// before: an executor's own memory starts with its ownership.
+	Written time.Time
 }
 
 // Ref returns the pointed-to task's ref.

@@ -276,6 +276,7 @@ func (s *Store) ListPointersPage(ctx context.Context, shard storage.ShardID, sta
 			out.Malformed = append(out.Malformed, o.Key)
 			continue
 		}
+		p.Written = o.LastModified
 		out.Pointers = append(out.Pointers, p)
 	}
 	return out, nil
