@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/entity/task"
@@ -153,4 +155,33 @@ func (l *ledger) clean() []string {
 		}
 	}
 	return out
+}
+
+// submitEvery submits the request next(i, rnd) every interval until ctx
+// ends, each under an id the ledger records and a 10 s bound; a submit
+// whose outcome is unknown is logged and resolved at the end. It returns
+// a channel closed when the loop has stopped.
+func (l *ledger) submitEvery(ctx context.Context, t testing.TB, client *task.Client, interval time.Duration, seed uint64,
+	next func(i int, rnd *rand.Rand) task.SubmitRequest) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rnd := rand.New(rand.NewPCG(seed, seed+1))
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := l.submit(sctx, client, next(i, rnd))
+			cancel()
+			if err != nil {
+				t.Logf("submit (outcome unknown, resolved at the end): %v", err)
+			}
+		}
+	}()
+	return done
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -72,33 +71,16 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 	// when it is cut off and must stop them before its lease can lapse.
 	// (Thirty 2–4s tasks at once on 2 busy cores had every runner's lease
 	// renewals time out, and the leases lapse, again and again.)
-	var wg sync.WaitGroup
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		rnd := rand.New(rand.NewPCG(7, 8))
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-tick.C:
-			}
-			req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 1500+rnd.IntN(1500))), MaxAttempts: 20}
-			if i%4 != 0 {
-				req.Entity = fmt.Sprintf("e%02d", rnd.IntN(20))
-				req.Input = json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 100+rnd.IntN(200)))
-			}
-			sctx, scancel := context.WithTimeout(context.WithoutCancel(loadCtx), 10*time.Second)
-			if err := book.submit(sctx, client, req); err != nil {
-				t.Logf("submit (outcome unknown, resolved at the end): %v", err)
-			}
-			scancel()
+	loadDone := book.submitEvery(loadCtx, t, client, 100*time.Millisecond, 7, func(i int, rnd *rand.Rand) task.SubmitRequest {
+		req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 1500+rnd.IntN(1500))), MaxAttempts: 20}
+		if i%4 != 0 {
+			req.Entity = fmt.Sprintf("e%02d", rnd.IntN(20))
+			req.Input = json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 100+rnd.IntN(200)))
 		}
-	}()
+		return req
+	})
 
 	// Tasks ran on every shard, and the victim is running a long one now.
 	victim := c.runners.Get("p2")
@@ -182,7 +164,7 @@ func TestS3PartitionSingleOwner(t *testing.T) {
 		return false
 	})
 	stopLoad()
-	wg.Wait()
+	<-loadDone
 	if len(running) == 0 {
 		t.Fatalf("no task ran on %s at the cut: the test proves nothing", victim.id)
 	}

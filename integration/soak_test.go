@@ -194,31 +194,14 @@ func soak(tt *testing.T, cfg soakConfig) {
 
 	// Steady load: tasks for 40 entities and some without, 20–60ms each,
 	// every one under an id chosen here and recorded in the ledger.
-	loadDone := make(chan struct{})
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	go func() {
-		defer close(loadDone)
-		rnd := rand.New(rand.NewPCG(1, 2))
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-tick.C:
-			}
-			req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 20+rnd.IntN(40))), MaxAttempts: 20}
-			if i%4 != 0 {
-				req.Entity = fmt.Sprintf("e%02d", rnd.IntN(40))
-			}
-			sctx, scancel := context.WithTimeout(context.WithoutCancel(loadCtx), 10*time.Second)
-			err := book.submit(sctx, client, req)
-			scancel()
-			if err != nil {
-				t.Logf("submit (outcome unknown, resolved at the end): %v", err)
-			}
+	loadDone := book.submitEvery(loadCtx, t, client, 50*time.Millisecond, 1, func(i int, rnd *rand.Rand) task.SubmitRequest {
+		req := task.SubmitRequest{Type: "audit", Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, 20+rnd.IntN(40))), MaxAttempts: 20}
+		if i%4 != 0 {
+			req.Entity = fmt.Sprintf("e%02d", rnd.IntN(40))
 		}
-	}()
+		return req
+	})
 
 	t.Logf("soak: %s of faults, %d runners coordinating on %s, a fault every ~%s, seed %d", cfg.duration, cfg.runners, cfg.coordination, cfg.interval, cfg.seed)
 	plan := newFaultPlan(t, c, ids, soakFaults(t, sub, cfg.coordination), cfg.interval, cfg.seed)
