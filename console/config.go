@@ -44,7 +44,7 @@ type ConfigChange struct {
 // ConfigView is GET config (and PUT config's answer).
 type ConfigView struct {
 	Version  int64 `json:"version"`  // the document's (0: none)
-	Revision int64 `json:"revision"` // its etcd revision (0: none)
+	Revision int64 `json:"revision"` // its revision on the coordination backend (0: none)
 	// Document is the document as stored (null when there is none).
 	Document       json.RawMessage `json:"document"`
 	RolloutPercent int             `json:"rollout_percent"`

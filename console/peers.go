@@ -219,7 +219,7 @@ type RunnerStatus struct {
 	ConfigVersion    *int64
 	ConfigCanary     bool
 	ConfigError      string
-	ConfigRevision   *int64 // the etcd revision of the latest document it read (nil from runners that do not report it)
+	ConfigRevision   *int64 // the coordination backend's revision of the latest document it read (nil from runners that do not report it)
 	StaticConfig     map[string]string
 	Types            []string
 	HasTypes         bool // the runner reported its types (older ones do not)

@@ -6,7 +6,7 @@
 //
 // The view follows the stream's contract: batches are applied whole and in
 // order, and a listing replaces the view, so between batches the Table is
-// the state of runners/ and shards/ at one etcd revision (Revision). A
+// the state of runners/ and shards/ at one revision of the coordination backend (Revision). A
 // lock change is never seen before the runner change that explains it,
 // which is why an owner found in the Table has its runner record too.
 //

@@ -38,7 +38,7 @@ type Owner struct {
 	// token the holder checks a call against. It grows across successive
 	// holders of a shard.
 	Epoch int64
-	// Revision is the etcd revision of the view the owner was read from.
+	// Revision is the coordination backend's revision of the view the owner was read from.
 	Revision int64
 }
 
@@ -273,7 +273,7 @@ func (t *Table) AwaitOwner(ctx context.Context, shard storage.ShardID, notEpoch 
 	}
 }
 
-// Revision returns the etcd revision the view is at: 0 before the first
+// Revision returns the coordination backend's revision the view is at: 0 before the first
 // listing.
 func (t *Table) Revision() int64 {
 	t.mu.RLock()

@@ -42,7 +42,7 @@ type Status struct {
 	ConfigVersion    int64    `json:"config_version"`
 	ConfigCanary     bool     `json:"config_canary"`
 	ConfigError      string   `json:"config_error"`
-	// ConfigRevision is the etcd revision of the latest dynamic config
+	// ConfigRevision is the coordination backend's revision of the latest dynamic config
 	// document the runner read, applied or refused (0: none yet).
 	ConfigRevision int64 `json:"config_revision"`
 	// StaticConfig is the runner's own values (file, environment, flags)

@@ -17,7 +17,7 @@ import (
 // the web console share. A change is checked on its own (DynamicDoc.Check),
 // then against every live runner's own settings (CheckAgainstRunners, the
 // check each runner makes before applying a document), then written with
-// a compare-and-swap on the document's etcd revision
+// a compare-and-swap on the document's revision
 // (UpdateDynamicConfig), retried when someone else wrote first.
 
 // ConfigCASTries bounds how often UpdateDynamicConfig re-reads the
@@ -95,7 +95,7 @@ func CheckUnset(keys []string) error {
 // otherwise (then the error wraps storage.ErrPrecondition). The result is
 // checked before it is written: on its own (an error wrapping
 // ErrInvalidConfig), then by check (nil: none), the live runners' own
-// check. It returns the document written and its etcd revision.
+// check. It returns the document written and its revision.
 func UpdateDynamicConfig(ctx context.Context, st DynamicConfigStore, change func(DynamicDoc) (DynamicDoc, error),
 	check func(DynamicDoc) error) (DynamicDoc, int64, error) {
 	var lost error

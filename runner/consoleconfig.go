@@ -195,7 +195,7 @@ func (c *consoleConfig) Set(ctx context.Context, ch console.ConfigChange) (conso
 const ConfigApplyWait = 3 * time.Second
 
 // AwaitConfigRead polls the runners that have not read the dynamic config
-// document at etcd revision rev yet (those with errs[i] nil whose status
+// document at revision rev yet (those with errs[i] nil whose status
 // reports a lower ConfigRevision; a runner too old to report one is not
 // waited for) until each has read it, applied or refused, or
 // ConfigApplyWait has passed. It updates sts in place; a runner that

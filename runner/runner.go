@@ -85,7 +85,7 @@ type dynamicState struct {
 	version int64
 	canary  bool
 	err     string // why the latest document was ignored, if it was
-	// revision is the etcd revision of the latest document read, applied
+	// revision is the coordination backend's revision of the latest document read, applied
 	// or ignored, so that a writer can tell when its write was seen.
 	revision int64
 }

@@ -65,7 +65,7 @@ type Manager struct {
 	// releasing, suspended) and the lock the membership view shows.
 	shards  shardTable
 	runners map[string]storage.RunnerInfo
-	// viewRev is the etcd revision the membership view (runners, lock
+	// viewRev is the backend's revision the membership view (runners, lock
 	// holders) reflects: a listing or event no newer would move the view
 	// back in time (a fresh read that raced the stream), so it is skipped.
 	// See membership.go.

@@ -12,8 +12,9 @@
 // depends on only the part it uses.
 //
 // Adapters live in sub-packages: storage/s3 and storage/memstore implement
-// ObjectStore, storage/etcd implements RunnerStore. Every adapter must pass
-// the conformance suites in storage/storagetest.
+// ObjectStore; storage/etcd implements RunnerStore on etcd, and
+// storage/s3coord on an ObjectStore's conditional writes alone. Every
+// adapter must pass the conformance suites in storage/storagetest.
 //
 // Errors returned by adapters are *OpError values naming the operation, the
 // key and the endpoint, and wrap one of the sentinel errors below so callers

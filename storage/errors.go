@@ -46,7 +46,7 @@ var (
 // OpError is the error every adapter returns: what was attempted, on which
 // key, against which endpoint, and why.
 type OpError struct {
-	Backend  string // "s3", "etcd" or "mem"
+	Backend  string // "s3", "etcd", "s3coord" or "mem"
 	Op       string // operation, e.g. "replace", "acquire", "keepalive"
 	Key      string // the key as the backend sees it (with prefix); may be empty
 	Endpoint string // endpoint(s) and bucket; may be empty

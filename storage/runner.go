@@ -80,8 +80,10 @@ type ShardLock struct {
 	RunnerID   string    // holder's runner id
 	AcquiredAt time.Time // holder's clock at acquisition
 	LeaseID    int64     // holder's lease: the lock's identity
-	// Epoch is the lock key's creation revision: strictly increasing across
-	// successive holders of the shard, and used as a fencing token.
+	// Epoch is strictly increasing across successive holders of the
+	// shard, and used as a fencing token: on etcd the lock key's creation
+	// revision, on S3 (storage/s3coord) a number kept in the lock object
+	// that every new holder raises.
 	Epoch int64
 }
 
@@ -151,7 +153,7 @@ type RunnerEvent struct {
 	Kind     EventKind
 	ID       string
 	Runner   RunnerInfo // zero on delete
-	Revision int64      // etcd revision of the change
+	Revision int64      // the backend's revision of the change (etcd's, or storage/s3coord's own)
 	// Resync marks events synthesised by re-listing after the watch was
 	// interrupted (compaction, disconnect): the consumer's view is brought
 	// up to date by them, including deletes it missed.
@@ -178,7 +180,7 @@ type MembershipEvent struct {
 	Lock   *LockEvent   // a change to shards/
 }
 
-// Revision returns the etcd revision of the change.
+// Revision returns the backend's revision of the change.
 func (e MembershipEvent) Revision() int64 {
 	if e.Runner != nil {
 		return e.Runner.Revision
@@ -196,7 +198,7 @@ func (e MembershipEvent) Revision() int64 {
 // weight 0), nor half of one revision (a lease expiry deletes a runner and
 // its locks at once).
 type MembershipBatch struct {
-	// Revision is the etcd revision the state is at once the batch is
+	// Revision is the backend's revision the state is at once the batch is
 	// applied.
 	Revision int64
 	// Listing marks a full listing of both prefixes read at Revision: a
@@ -358,7 +360,7 @@ type WakeWatcher interface {
 }
 
 // RunnerStore is the runner-storage port: every narrow port above on one
-// store, which is what an adapter (storage/etcd) implements and the
+// store, which is what an adapter (storage/etcd, storage/s3coord) implements and the
 // conformance suite checks. Consumers take the narrow ports they use.
 // Implementations are safe for concurrent use and bound every call by their
 // request timeout.

@@ -21,7 +21,7 @@ type LockChange struct {
 	Holder string // the runner holding the lock after the change; "" when released
 	Prev   string // the holder before it
 	Epoch  int64  // the holder's epoch (the lock's create revision)
-	Rev    int64  // etcd revision of the change
+	Rev    int64  // the backend's revision of the change
 	// Resync marks a change learnt by a listing after the watch broke,
 	// not as it happened.
 	Resync bool
