@@ -3,8 +3,6 @@ package etcd
 import (
 	"encoding/json"
 	"fmt"
-	"math"
-	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -68,36 +66,6 @@ func (s *Store) corrupt(rel string, cause error) error {
 	}
 }
 
-func validateRunner(r storage.RunnerInfo) error {
-	if !validName.MatchString(r.ID) {
-		return fmt.Errorf("%w: runner id %q must match %s", storage.ErrInvalid, r.ID, validName)
-	}
-	if math.IsNaN(r.Weight) || math.IsInf(r.Weight, 0) || r.Weight < 0 {
-		return fmt.Errorf("%w: runner %s weight %v must be a finite number ≥ 0", storage.ErrInvalid, r.ID, r.Weight)
-	}
-	for _, g := range r.Groups {
-		if !validName.MatchString(g) {
-			return fmt.Errorf("%w: runner %s group %q must match %s", storage.ErrInvalid, r.ID, g, validName)
-		}
-	}
-	return nil
-}
+func validateRunner(r storage.RunnerInfo) error { return storage.ValidateRunner(r) }
 
-func validateMeta(m storage.ClusterMeta) error {
-	switch {
-	case m.Shards < 1:
-		return fmt.Errorf("%w: cluster meta shards %d must be at least 1", storage.ErrInvalid, m.Shards)
-	case len(m.Groups) == 0:
-		return fmt.Errorf("%w: cluster meta needs at least one group", storage.ErrInvalid)
-	case m.Hash == "":
-		return fmt.Errorf("%w: cluster meta hash must be named", storage.ErrInvalid)
-	case !slices.IsSorted(m.Groups) || len(slices.Compact(slices.Clone(m.Groups))) != len(m.Groups):
-		return fmt.Errorf("%w: cluster meta groups %q must be sorted and unique", storage.ErrInvalid, m.Groups)
-	}
-	for _, g := range m.Groups {
-		if !validName.MatchString(g) {
-			return fmt.Errorf("%w: cluster meta group %q must match %s", storage.ErrInvalid, g, validName)
-		}
-	}
-	return nil
-}
+func validateMeta(m storage.ClusterMeta) error { return storage.ValidateMeta(m) }

@@ -2,7 +2,6 @@ package s3coord
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -20,7 +19,7 @@ const (
 
 // validName matches runner ids and group names: safe as one key segment.
 // It is etcd's adapter's rule, so that a cluster can move between backends.
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var validName = storage.ValidName
 
 func runnerKey(id string) string { return runnersPrefix + id }
 
@@ -64,29 +63,6 @@ func parseWakeKey(rel string) (storage.ShardID, int64, bool) {
 	return sh, rev, true
 }
 
-// parseShardKey parses "shards/<group>/<index>" (relative key).
-func parseShardKey(rel string) (storage.ShardID, error) {
-	rest, ok := strings.CutPrefix(rel, shardsPrefix)
-	if !ok {
-		return storage.ShardID{}, fmt.Errorf("not a shard key")
-	}
-	group, idx, ok := strings.Cut(rest, "/")
-	if !ok || !validName.MatchString(group) {
-		return storage.ShardID{}, fmt.Errorf("want shards/<group>/<index>")
-	}
-	n, err := strconv.Atoi(idx)
-	if err != nil || n < 0 || strconv.Itoa(n) != idx {
-		return storage.ShardID{}, fmt.Errorf("shard index %q is not a non-negative integer", idx)
-	}
-	return storage.ShardID{Group: group, Index: n}, nil
-}
+func parseShardKey(rel string) (storage.ShardID, error) { return storage.ParseShardKey(rel) }
 
-func validateShard(s storage.ShardID) error {
-	if !validName.MatchString(s.Group) {
-		return fmt.Errorf("%w: shard group %q must match %s", storage.ErrInvalid, s.Group, validName)
-	}
-	if s.Index < 0 {
-		return fmt.Errorf("%w: shard index %d is negative", storage.ErrInvalid, s.Index)
-	}
-	return nil
-}
+func validateShard(s storage.ShardID) error { return storage.ValidateShard(s) }
