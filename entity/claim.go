@@ -298,6 +298,16 @@ func (p *pipeline) decideTask(it *item, s *seen) verdict {
 	// What this claim may promise: read now, bound to the attempt in
 	// execute (see detachment.Enforcement).
 	s.enf = p.enforcement()
+	if s.enf.Hold {
+		// Detached in enforce mode: nothing starts, so no claim is
+		// written either. A claim made now could not be enforced (its
+		// holder is detached), so a successor would wait for it to lapse
+		// before taking the task over, for a handler that the start
+		// check refuses anyway (withAttachmentCheck). The shard's
+		// context ends once the manager has handled the detachment;
+		// until then, or until the runner attaches again, look later.
+		return waitUntil(s.now.Latest().Add(time.Second))
+	}
 	s.ci = task.ClaimInfo{RunnerID: p.h.runnerID, Epoch: p.own.Epoch, LeaseID: p.own.LeaseID, Lease: p.h.cfg.TaskLease, Enforced: s.enf.Enforced}
 	switch s.t.Status {
 	case task.Running:
