@@ -18,26 +18,34 @@ import (
 // interleave another party's writes with this store's.
 type hooked struct {
 	storage.ObjectStore
+	beforeHook
+}
 
+func (h *hooked) beforeCreate(key string, f func()) { h.set(key, f) }
+
+func (h *hooked) Create(ctx context.Context, key string, body []byte) (string, error) {
+	h.run(key)
+	return h.ObjectStore.Create(ctx, key, body)
+}
+
+// beforeHook is the function a test store (hooked, skewed) runs once
+// before its first write of one kind to a key: a test places another
+// party's write there.
+type beforeHook struct {
 	mu     sync.Mutex
 	key    string
 	before func()
 }
 
-func (h *hooked) beforeCreate(key string, f func()) {
+func (h *beforeHook) set(key string, f func()) {
 	h.mu.Lock()
 	h.key, h.before = key, f
 	h.mu.Unlock()
 }
 
-// fired reports whether the hooked function has run.
-func (h *hooked) fired() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.key != "" && h.before == nil
-}
-
-func (h *hooked) Create(ctx context.Context, key string, body []byte) (string, error) {
+// run runs the function set for key, if it has not run yet, outside the
+// lock: the function's own writes may come through this store.
+func (h *beforeHook) run(key string) {
 	h.mu.Lock()
 	var f func()
 	if key == h.key {
@@ -47,7 +55,13 @@ func (h *hooked) Create(ctx context.Context, key string, body []byte) (string, e
 	if f != nil {
 		f()
 	}
-	return h.ObjectStore.Create(ctx, key, body)
+}
+
+// fired reports whether the function set has run.
+func (h *beforeHook) fired() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.key != "" && h.before == nil
 }
 
 // fenceRecord is the part of a runner record these tests read.

@@ -286,64 +286,75 @@ func storeOpts(endpoint string) []s3coord.Option {
 	}
 }
 
-// memHarness runs the suite on memstore: a store per namespace, shared by
-// the namespace's runner stores, each behind a gate of its own.
-func memHarness(t *testing.T) storagetest.RunnerStoreHarness {
-	var b backend
-	var mu sync.Mutex
-	gates := map[storage.RunnerStore]*gate{}
-	counts := map[storage.RunnerStore]*counted{}
-	gateOf := func(t *testing.T, s storage.RunnerStore) *gate {
-		mu.Lock()
-		defer mu.Unlock()
-		g, ok := gates[s]
-		if !ok {
-			t.Fatal("store not opened by this harness")
-		}
-		return g
+// harness is what the memstore and VersityGW harnesses share: the
+// backend they act on behind the stores' backs, and the cuts of each store
+// they opened. The two differ in how a namespace is made, how a store
+// reaches it, and how that path is cut.
+type harness struct {
+	b  backend
+	mu sync.Mutex
+	// stores gives the cuts of each store opened, by store.
+	stores map[storage.RunnerStore]cuts
+}
+
+// cuts is one store's path to its namespace: its listings counted, and
+// the two ways to cut it, each returning the heal.
+type cuts struct {
+	counted    *counted
+	isolate    func() (heal func())
+	disconnect func() (heal func())
+}
+
+// open opens a store on o (its listings counted), named endpoint, whose
+// path is cut by isolate and disconnect.
+func (h *harness) open(t *testing.T, o storage.ObjectStore, endpoint string, isolate, disconnect func() func()) storage.RunnerStore {
+	c := &counted{ObjectStore: o}
+	s, err := s3coord.New(c, storeOpts(endpoint)...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	n := 0
+	t.Cleanup(func() { s.Close() })
+	h.mu.Lock()
+	if h.stores == nil {
+		h.stores = map[storage.RunnerStore]cuts{}
+	}
+	h.stores[s] = cuts{counted: c, isolate: isolate, disconnect: disconnect}
+	h.mu.Unlock()
+	return s
+}
+
+func (h *harness) cutsOf(t *testing.T, s storage.RunnerStore) cuts {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.stores[s]
+	if !ok {
+		t.Fatal("store not opened by this harness")
+	}
+	return c
+}
+
+// suite is the conformance harness of namespace and open, with what the
+// two backends share: the backend's writes, the cuts, and the watches'
+// bounds.
+func (h *harness) suite(namespace func(t *testing.T) string, open func(t *testing.T, ns string) storage.RunnerStore) storagetest.RunnerStoreHarness {
 	return storagetest.RunnerStoreHarness{
-		Namespace: func(t *testing.T) string {
-			mu.Lock()
-			n++
-			ns := fmt.Sprintf("mem-%d", n)
-			mu.Unlock()
-			b.add(ns, memstore.New())
-			t.Cleanup(func() { b.remove(ns) })
-			return ns
-		},
-		Open: func(t *testing.T, ns string) storage.RunnerStore {
-			g := &gate{ObjectStore: b.of(t, ns)}
-			c := &counted{ObjectStore: g}
-			s, err := s3coord.New(c, storeOpts("mem:"+ns)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			mu.Lock()
-			gates[s], counts[s] = g, c
-			mu.Unlock()
-			return s
-		},
-		RevokeLease: b.revoke,
+		Namespace:   namespace,
+		Open:        open,
+		RevokeLease: h.b.revoke,
 		DeleteKey: func(t *testing.T, ns, key string) {
-			if err := b.of(t, ns).Delete(ctxT(t), key); err != nil {
+			if err := h.b.of(t, ns).Delete(ctxT(t), key); err != nil {
 				t.Fatal(err)
 			}
 		},
 		PutRaw: func(t *testing.T, ns, key string, value []byte) {
-			if _, err := b.of(t, ns).Put(ctxT(t), key, value); err != nil {
+			if _, err := h.b.of(t, ns).Put(ctxT(t), key, value); err != nil {
 				t.Fatal(err)
 			}
 		},
-		Isolate: func(t *testing.T, s storage.RunnerStore) func() { return gateOf(t, s).isolate() },
+		Isolate: func(t *testing.T, s storage.RunnerStore) func() { return h.cutsOf(t, s).isolate() },
 		Disconnect: func(t *testing.T, s storage.RunnerStore) func() {
-			heal := gateOf(t, s).disconnect()
-			mu.Lock()
-			c := counts[s]
-			mu.Unlock()
-			return healAfterNoticed(t, c, heal)
+			c := h.cutsOf(t, s)
+			return healAfterNoticed(t, c.counted, c.disconnect())
 		},
 		// Polling keeps no history to compact: a watcher cut off re-lists
 		// whatever happened.
@@ -351,6 +362,28 @@ func memHarness(t *testing.T) storagetest.RunnerStoreHarness {
 		WatchDelay:     testWatchDelay,
 		WatchCoalesces: true,
 	}
+}
+
+// memHarness runs the suite on memstore: a store per namespace, shared by
+// the namespace's runner stores, each behind a gate of its own.
+func memHarness(t *testing.T) storagetest.RunnerStoreHarness {
+	h := &harness{}
+	n := 0
+	return h.suite(
+		func(t *testing.T) string {
+			h.mu.Lock()
+			n++
+			ns := fmt.Sprintf("mem-%d", n)
+			h.mu.Unlock()
+			h.b.add(ns, memstore.New())
+			t.Cleanup(func() { h.b.remove(ns) })
+			return ns
+		},
+		func(t *testing.T, ns string) storage.RunnerStore {
+			g := &gate{ObjectStore: h.b.of(t, ns)}
+			return h.open(t, g, "mem:"+ns, g.isolate, g.disconnect)
+		},
+	)
 }
 
 // s3Harness runs the suite on the shared VersityGW gateway: a bucket per
@@ -362,32 +395,20 @@ func s3Harness(t *testing.T) storagetest.RunnerStoreHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b backend
-	var mu sync.Mutex
-	proxies := map[storage.RunnerStore]*testenv.Proxy{}
-	counts := map[storage.RunnerStore]*counted{}
-	proxyOf := func(t *testing.T, s storage.RunnerStore) *testenv.Proxy {
-		mu.Lock()
-		defer mu.Unlock()
-		p, ok := proxies[s]
-		if !ok {
-			t.Fatal("store not opened by this harness")
-		}
-		return p
-	}
+	h := &harness{}
 	direct := gw.OwnClient(t)
-	return storagetest.RunnerStoreHarness{
-		Namespace: func(t *testing.T) string {
+	suite := h.suite(
+		func(t *testing.T) string {
 			bucket := gw.Bucket(t)
 			o, err := s3.New(direct, bucket, s3.WithRequestTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.add(bucket, o)
-			t.Cleanup(func() { b.remove(bucket) })
+			h.b.add(bucket, o)
+			t.Cleanup(func() { h.b.remove(bucket) })
 			return bucket
 		},
-		Open: func(t *testing.T, ns string) storage.RunnerStore {
+		func(t *testing.T, ns string) storage.RunnerStore {
 			p := testenv.NewProxy(t, u.Host)
 			access, secret := gw.Credentials()
 			cli := testenv.NewS3Client("http://"+p.Addr(), gw.Region(), access, secret)
@@ -398,51 +419,20 @@ func s3Harness(t *testing.T) storagetest.RunnerStoreHarness {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := &counted{ObjectStore: o}
-			s, err := s3coord.New(c, storeOpts(p.Addr()+"/"+ns)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			mu.Lock()
-			proxies[s], counts[s] = p, c
-			mu.Unlock()
-			return s
+			heal := func() { p.SetMode(testenv.Pass) }
+			isolate := func() func() { p.SetMode(testenv.Blackhole); return heal }
+			disconnect := func() func() { p.SetMode(testenv.Reset); return heal }
+			return h.open(t, o, p.Addr()+"/"+ns, isolate, disconnect)
 		},
-		RevokeLease: b.revoke,
-		DeleteKey: func(t *testing.T, ns, key string) {
-			if err := b.of(t, ns).Delete(ctxT(t), key); err != nil {
-				t.Fatal(err)
-			}
-		},
-		PutRaw: func(t *testing.T, ns, key string, value []byte) {
-			if _, err := b.of(t, ns).Put(ctxT(t), key, value); err != nil {
-				t.Fatal(err)
-			}
-		},
-		Isolate: func(t *testing.T, s storage.RunnerStore) func() {
-			p := proxyOf(t, s)
-			p.SetMode(testenv.Blackhole)
-			return func() { p.SetMode(testenv.Pass) }
-		},
-		Disconnect: func(t *testing.T, s storage.RunnerStore) func() {
-			p := proxyOf(t, s)
-			p.SetMode(testenv.Reset)
-			mu.Lock()
-			c := counts[s]
-			mu.Unlock()
-			return healAfterNoticed(t, c, func() { p.SetMode(testenv.Pass) })
-		},
-		Compact:        func(t *testing.T) {},
-		WatchDelay:     testWatchDelay * raceSlowdown,
-		WatchCoalesces: true,
-		// The gateway's Date headers trail its clock by up to
-		// s3.DefaultDateResolution, so a fresh clock estimate is about
-		// that wide: a lease is judged lapsed up to that much past its
-		// TTL (its writer's latest reading plus the reader's earliest),
-		// on top of etcd's second.
-		LeaseSlack: time.Second + s3.DefaultDateResolution,
-	}
+	)
+	suite.WatchDelay = testWatchDelay * raceSlowdown
+	// The gateway's Date headers trail its clock by up to
+	// s3.DefaultDateResolution, so a fresh clock estimate is about
+	// that wide: a lease is judged lapsed up to that much past its
+	// TTL (its writer's latest reading plus the reader's earliest),
+	// on top of etcd's second.
+	suite.LeaseSlack = time.Second + s3.DefaultDateResolution
+	return suite
 }
 
 func TestConformance(t *testing.T) {

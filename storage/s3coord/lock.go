@@ -380,39 +380,20 @@ func (ss *Session) ReleaseShard(ctx context.Context, shard storage.ShardID) erro
 	if err := validateShard(shard); err != nil {
 		return ss.s.opError(op, key, err)
 	}
-	untrack := func() {
-		ss.locksMu.Lock()
-		delete(ss.locks, shard)
-		ss.locksMu.Unlock()
-	}
 	// The version this session wrote is freed without reading it again;
 	// if it changed, the write loses and the loop below reads.
 	ss.locksMu.Lock()
 	held, known := ss.locks[shard]
 	ss.locksMu.Unlock()
 	if known {
-		st, err := ss.s.serverTime(ctx)
-		if err != nil {
-			return ss.s.opError(op, key, err)
-		}
-		body, err := json.Marshal(lockRecord{Rev: ss.s.nextRev(st, held.rev), Epoch: held.epoch})
-		if err != nil {
-			return ss.s.opError(op, key, err)
-		}
-		_, err = ss.s.replace(ctx, op, key, body, held.etag)
-		if err == nil {
-			untrack()
-			ss.s.members.kickAfterWrite()
-			return nil
-		}
-		if !errors.Is(err, storage.ErrPrecondition) {
+		if changed, err := ss.freeVersion(ctx, shard, held.etag, held.rev, held.epoch); !changed {
 			return err
 		}
 	}
 	for range writeAttempts {
 		obj, err := ss.s.get(ctx, key)
 		if errors.Is(err, storage.ErrNotFound) {
-			untrack()
+			ss.untrack(shard)
 			return nil
 		}
 		if err != nil {
@@ -423,30 +404,52 @@ func (ss *Session) ReleaseShard(ctx context.Context, shard storage.ShardID) erro
 			return ss.s.corrupt(key, err)
 		}
 		if l.free() {
-			untrack()
+			ss.untrack(shard)
 			return nil
 		}
 		if l.Lease != ss.lease {
-			untrack()
+			ss.untrack(shard)
 			return ss.s.opError(op, key, fmt.Errorf("%w (held by %s)", storage.ErrNotOwner, l.RunnerID))
 		}
-		st, err := ss.s.serverTime(ctx)
-		if err != nil {
-			return ss.s.opError(op, key, err)
-		}
-		body, err := json.Marshal(lockRecord{Rev: ss.s.nextRev(st, l.Rev), Epoch: l.Epoch})
-		if err != nil {
-			return ss.s.opError(op, key, err)
-		}
-		_, err = ss.s.replace(ctx, op, key, body, obj.ETag)
-		if err == nil {
-			untrack()
-			ss.s.members.kickAfterWrite()
-			return nil
-		}
-		if !errors.Is(err, storage.ErrPrecondition) {
+		if changed, err := ss.freeVersion(ctx, shard, obj.ETag, l.Rev, l.Epoch); !changed {
 			return err
 		}
 	}
 	return ss.s.opError(op, key, fmt.Errorf("%w: the lock kept changing under %d attempts", storage.ErrUnavailable, writeAttempts))
+}
+
+// freeVersion is ReleaseShard's write, for the version it knows (the one
+// this session wrote, or the one it read): a Replace If-Match of etag, the
+// lock at revision rev, with a free record that keeps epoch, at a revision
+// above rev. changed reports that the lock was no longer at that version
+// (ErrPrecondition): the caller reads it again. Otherwise err is the
+// release's outcome, and a release that landed is no longer tracked.
+func (ss *Session) freeVersion(ctx context.Context, shard storage.ShardID, etag string, rev, epoch int64) (changed bool, err error) {
+	const op = "release"
+	key := shardKey(shard)
+	st, err := ss.s.serverTime(ctx)
+	if err != nil {
+		return false, ss.s.opError(op, key, err)
+	}
+	body, err := json.Marshal(lockRecord{Rev: ss.s.nextRev(st, rev), Epoch: epoch})
+	if err != nil {
+		return false, ss.s.opError(op, key, err)
+	}
+	_, err = ss.s.replace(ctx, op, key, body, etag)
+	if errors.Is(err, storage.ErrPrecondition) {
+		return true, nil
+	}
+	if err == nil {
+		ss.untrack(shard)
+		ss.s.members.kickAfterWrite()
+	}
+	return false, err
+}
+
+// untrack forgets the version of shard's lock this session last wrote,
+// once the lock is freed, gone or another's: a later release reads it.
+func (ss *Session) untrack(shard storage.ShardID) {
+	ss.locksMu.Lock()
+	delete(ss.locks, shard)
+	ss.locksMu.Unlock()
 }

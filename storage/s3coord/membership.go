@@ -201,17 +201,8 @@ func (s *Store) Runners(ctx context.Context) ([]storage.RunnerInfo, int64, error
 	if err != nil {
 		return nil, 0, s.opError("list runners", runnersPrefix, err)
 	}
-	var out []storage.RunnerInfo
-	var errs []error
-	for _, k := range sortedKeys(m.runners) {
-		v := m.runners[k]
-		if v.err != nil {
-			errs = append(errs, v.err)
-			continue
-		}
-		out = append(out, v.info)
-	}
-	return out, m.rev, errors.Join(errs...)
+	out, err := decoded(m.runners, func(v runnerView) (storage.RunnerInfo, error) { return v.info, v.err })
+	return out, m.rev, err
 }
 
 // ShardLocks lists held shard locks with the revision of the read: locks
@@ -222,17 +213,26 @@ func (s *Store) ShardLocks(ctx context.Context) ([]storage.ShardLock, int64, err
 	if err != nil {
 		return nil, 0, s.opError("list shard locks", shardsPrefix, err)
 	}
-	var out []storage.ShardLock
+	out, err := decoded(m.locks, func(v lockView) (storage.ShardLock, error) { return v.lock, v.err })
+	return out, m.rev, err
+}
+
+// decoded returns, in key order, the value of every view that decoded,
+// and the errors of those that did not, joined: Runners and ShardLocks
+// report undecodable records beside the decodable ones, not instead of
+// them.
+func decoded[V, T any](views map[string]V, value func(V) (T, error)) ([]T, error) {
+	var out []T
 	var errs []error
-	for _, k := range sortedKeys(m.locks) {
-		v := m.locks[k]
-		if v.err != nil {
-			errs = append(errs, v.err)
+	for _, k := range sortedKeys(views) {
+		v, err := value(views[k])
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		out = append(out, v.lock)
+		out = append(out, v)
 	}
-	return out, m.rev, errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
 // Membership lists runners/ and shards/ as a listing batch, judged at one

@@ -35,16 +35,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // skewed answers ServerTime with a given uncertainty around the true time,
-// as an estimate from coarse Date headers would; before, when set, runs
-// once before the first Replace of key, to interleave another party's
-// writes with this store's.
+// as an estimate from coarse Date headers would; a function set by
+// beforeReplace runs once before the first Replace of its key, to
+// interleave another party's writes with this store's.
 type skewed struct {
 	storage.ObjectStore
 	uncertainty time.Duration
-
-	mu     sync.Mutex
-	key    string
-	before func()
+	beforeHook
 }
 
 func (s *skewed) ServerTime(ctx context.Context) (storage.ServerTime, error) {
@@ -53,22 +50,10 @@ func (s *skewed) ServerTime(ctx context.Context) (storage.ServerTime, error) {
 	return st, err
 }
 
-func (s *skewed) beforeReplace(key string, f func()) {
-	s.mu.Lock()
-	s.key, s.before = key, f
-	s.mu.Unlock()
-}
+func (s *skewed) beforeReplace(key string, f func()) { s.set(key, f) }
 
 func (s *skewed) Replace(ctx context.Context, key string, body []byte, ifMatch string) (string, error) {
-	s.mu.Lock()
-	var f func()
-	if key == s.key {
-		f, s.before = s.before, nil
-	}
-	s.mu.Unlock()
-	if f != nil {
-		f()
-	}
+	s.run(key)
 	return s.ObjectStore.Replace(ctx, key, body, ifMatch)
 }
 

@@ -168,20 +168,9 @@ type entry struct {
 // poll of an idle cluster costs one LIST. Objects that vanish between the
 // LIST and the GET are left out.
 func (s *Store) readPrefix(ctx context.Context, prefix string) ([]entry, error) {
-	var infos []storage.ObjectInfo
-	after := ""
-	for {
-		cctx, cancel := s.withTimeout(ctx)
-		page, err := s.objects.List(cctx, prefix, storage.ListOptions{StartAfter: after})
-		cancel()
-		if err != nil {
-			return nil, s.opError("list", prefix, err)
-		}
-		infos = append(infos, page.Objects...)
-		if !page.Truncated || len(page.Objects) == 0 {
-			break
-		}
-		after = page.Objects[len(page.Objects)-1].Key
+	infos, err := s.listAll(ctx, prefix)
+	if err != nil {
+		return nil, s.opError("list", prefix, err)
 	}
 	out := make([]entry, len(infos))
 	var todo []int
@@ -229,6 +218,26 @@ func (s *Store) readPrefix(ctx context.Context, prefix string) ([]entry, error) 
 	}
 	s.cacheMu.Unlock()
 	return kept, nil
+}
+
+// listAll lists every key under prefix, each page bounded by the request
+// timeout: readPrefix's listing, and the wake poller's.
+func (s *Store) listAll(ctx context.Context, prefix string) ([]storage.ObjectInfo, error) {
+	var out []storage.ObjectInfo
+	after := ""
+	for {
+		cctx, cancel := s.withTimeout(ctx)
+		page, err := s.objects.List(cctx, prefix, storage.ListOptions{StartAfter: after})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Objects...)
+		if !page.Truncated || len(page.Objects) == 0 {
+			return out, nil
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
 }
 
 // get reads one object, bounded by the request timeout.

@@ -132,26 +132,6 @@ func (s *Store) WatchWakes(ctx context.Context, shard storage.ShardID) (<-chan s
 	return sub.out, nil
 }
 
-// listAll lists every key under prefix, each page bounded by the request
-// timeout.
-func (s *Store) listAll(ctx context.Context, prefix string) ([]storage.ObjectInfo, error) {
-	var out []storage.ObjectInfo
-	after := ""
-	for {
-		cctx, cancel := s.withTimeout(ctx)
-		page, err := s.objects.List(cctx, prefix, storage.ListOptions{StartAfter: after})
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page.Objects...)
-		if !page.Truncated || len(page.Objects) == 0 {
-			return out, nil
-		}
-		after = page.Objects[len(page.Objects)-1].Key
-	}
-}
-
 func (p *wakePoller) run() {
 	s := p.s
 	defer s.wg.Done()
