@@ -116,6 +116,13 @@ type auditReport struct {
 
 	completed, failed, cancelledTasks int
 	truncatedHistories                int // tasks whose history dropped older entries
+
+	// outsideLockRuns are the executions of outsideLock, in its order.
+	outsideLockRuns []auditExec
+	// lockHistory is etcd's own history of the locks the executions were
+	// judged with; nil if none (no executions, coordination on S3, or
+	// unreadable).
+	lockHistory *harness.LockHistory
 }
 
 // auditReaders is how many task objects the audit reads at a time.
@@ -190,14 +197,32 @@ func audit(t testing.TB, client *task.Client, execs []auditExec, locks *harness.
 func auditLag(t testing.TB, client *task.Client, execs []auditExec, locks *harness.LockTimeline, accepted, rejected []string, lag time.Duration) auditReport {
 	var rep auditReport
 	rep.executions = len(execs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if locks != nil && len(execs) > 0 {
+		// etcd's own history of the locks, read once every execution has
+		// ended (those still running were ended when execs was taken): it
+		// places the tenures the live watch missed (see Judge).
+		hctx, hcancel := context.WithTimeout(ctx, 2*time.Minute)
+		hist, err := locks.ReadHistory(hctx)
+		hcancel()
+		if err != nil {
+			t.Logf("audit: %v; executions are judged by the live lock watch alone", err)
+		}
+		rep.lockHistory = hist
+	}
 	for _, x := range execs {
 		if x.Cancelled() {
 			rep.cancelled++
 		}
-		if locks != nil && !locks.HeldThroughout(x.Shard, x.Runner, x.Epoch, x.Start, x.End) {
-			rep.outsideLock = append(rep.outsideLock, fmt.Sprintf("task %s on %s (epoch %d) in %s [%s, %s]; lock changes: %s",
-				x.TaskID, x.Runner, x.Epoch, x.Shard, x.Start.Format("15:04:05.000"), x.End.Format("15:04:05.000"),
+		if locks == nil {
+			continue
+		}
+		if v := locks.Judge(rep.lockHistory, x.Shard, x.Runner, x.Epoch, x.Start, x.End); !v.Held {
+			rep.outsideLock = append(rep.outsideLock, fmt.Sprintf("task %s on %s (epoch %d) in %s [%s, %s]: %s; lock changes: %s",
+				x.TaskID, x.Runner, x.Epoch, x.Shard, x.Start.Format("15:04:05.000"), x.End.Format("15:04:05.000"), v.Why,
 				locks.Around(x.Shard, x.Start, x.End, 3*time.Second)))
+			rep.outsideLockRuns = append(rep.outsideLockRuns, x)
 		}
 	}
 	overlap := func(key string, group map[string][]auditExec) {
@@ -222,8 +247,6 @@ func auditLag(t testing.TB, client *task.Client, execs []auditExec, locks *harne
 	overlap("task", byTask)
 	overlap("entity", byEntity)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	tasks, errs := readTasks(ctx, client, accepted)
 	for i, ref := range accepted {
 		tk, err := tasks[i], errs[i]
@@ -330,6 +353,42 @@ func (rep *auditReport) checkHistory(ref string, tk *task.Task, runs []auditExec
 	}
 	rep.unrecordedCompletions = append(rep.unrecordedCompletions,
 		fmt.Sprintf("%s: completed by %s attempt %d, but the recorder saw no such run finish (%d runs)", ref, ev.Runner, ev.Attempt, len(runs)))
+}
+
+// explainRunner is how long before and after a flagged execution
+// explainOutsideLock prints its runner's log.
+const explainRunner = 10 * time.Second
+
+// explainOutsideLock prints, for each execution flagged outside its lock,
+// what tells a short tenure the live watch missed from work done after the
+// lock was gone: the shard's whole live lock timeline, etcd's history of
+// its lock key, and the runner's log (attachments and detachments
+// included, when the cluster logs its runners: logRunnersTo) from
+// explainRunner before the execution to explainRunner after it.
+func (r auditReport) explainOutsideLock(t testing.TB, locks *harness.LockTimeline, c *cluster) {
+	for i, x := range r.outsideLockRuns {
+		var b strings.Builder
+		fmt.Fprintf(&b, "audit: outside the lock: %s\nlive lock timeline of %s (arrival, revision, holder@epoch):\n%s\n",
+			r.outsideLock[i], x.Shard, locks.Timeline(x.Shard))
+		if r.lockHistory != nil {
+			fmt.Fprintf(&b, "etcd's history of %s:\n%s\n", x.Shard, r.lockHistory.Describe(x.Shard))
+		} else {
+			b.WriteString("etcd's history: not read\n")
+		}
+		from, to := x.Start.Add(-explainRunner), x.End.Add(explainRunner)
+		fmt.Fprintf(&b, "log of %s from %s to %s:\n", x.Runner, from.Format("15:04:05.000"), to.Format("15:04:05.000"))
+		switch rp := c.runners.Get(x.Runner); {
+		case rp == nil || rp.logPath == "":
+			b.WriteString("(not recorded)")
+		default:
+			lines, err := runnerLogLines(rp.logPath, from, to)
+			b.WriteString(strings.Join(lines, "\n"))
+			if err != nil {
+				fmt.Fprintf(&b, "\n(%v)", err)
+			}
+		}
+		t.Log(b.String())
+	}
 }
 
 func (r auditReport) check(t testing.TB) {

@@ -93,16 +93,38 @@ func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
 // startBinary is startEnv of another program than tenure.
 func startBinary(t testing.TB, bin, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startLogged(t, bin, name, env, "", args...)
+}
+
+// startLogged is startBinary with, when logPath is set, the process's
+// whole output appended to the file at logPath, and only what is not a
+// log record below warning level kept for the failed test's printout (see
+// logSplitter): a process logging at info level is recorded in full
+// without flooding that printout.
+func startLogged(t testing.TB, bin, name string, env []string, logPath string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	var out io.Writer = p.out
+	var log *logSplitter
+	if logPath != "" {
+		var err error
+		if log, err = newLogSplitter(logPath, p.out); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		out = log
+	}
+	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.Env = append(append(childEnv(), "GORACE=halt_on_error=1"), env...)
 	dieWithParent(p.cmd)
 	if err := p.cmd.Start(); err != nil {
+		log.close(err)
 		t.Fatalf("start %s: %v", name, err)
 	}
+	log.started(p.cmd.Process.Pid)
 	go func() {
 		p.err = p.cmd.Wait()
+		log.close(p.err)
 		close(p.done)
 	}()
 	t.Cleanup(func() {
@@ -230,6 +252,9 @@ type cluster struct {
 	coord   storage.RunnerStore
 	tasks   *task.Client
 	runners harness.Members[*runnerProc]
+	// runnerLogs, when set, is the folder of the runners' logs, one file
+	// each (logRunnersTo).
+	runnerLogs string
 }
 
 type runnerProc struct {
@@ -239,6 +264,9 @@ type runnerProc struct {
 	args  []string
 	proxy *testenv.Proxy // etcd
 	s3    *s3Proxy       // nil unless the cluster proxies S3
+	// logPath, when set, is the file the runner's whole log goes to, at
+	// info level, across restarts (cluster.logRunnersTo).
+	logPath string
 }
 
 // Running reports whether the runner's process is running.
@@ -317,7 +345,13 @@ func (c *cluster) runEnv(id string, env []string, extra ...string) *runnerProc {
 		r.s3 = newS3Proxy(t, c.s3EP)
 		r.args = append(r.args, "--set", "s3.endpoint="+r.s3.URL())
 	}
-	r.proc = startEnv(t, "runner "+id, env, r.args...)
+	if c.runnerLogs != "" {
+		// Last, so that it overrides a level in extra: the file gets
+		// every record, the printout only warnings and above.
+		r.logPath = filepath.Join(c.runnerLogs, id+".log")
+		r.args = append(r.args, "--set", "log.level=info")
+	}
+	r.proc = startLogged(t, binary, "runner "+id, env, r.logPath, r.args...)
 	c.runners.Add(id, r)
 	return r
 }
@@ -348,7 +382,7 @@ func (c *cluster) newRunnerProc(id string) *runnerProc {
 // exited (or was killed).
 func (c *cluster) restart(r *runnerProc) {
 	c.t.Helper()
-	r.proc = start(c.t, "runner "+r.id+" (restarted)", r.args...)
+	r.proc = startLogged(c.t, binary, "runner "+r.id+" (restarted)", nil, r.logPath, r.args...)
 }
 
 // status fetches a runner's /debug/status.

@@ -155,6 +155,9 @@ func soak(tt *testing.T, cfg soakConfig) {
 	} else {
 		c = newLocalCluster(t, 32)
 	}
+	// Each runner's whole log, attachments included, for the report on an
+	// execution flagged outside the lock (explainOutsideLock).
+	c.logRunnersTo(t.TempDir())
 	var ids []string
 	for i := 0; i < cfg.runners; i++ {
 		id := fmt.Sprintf("soak-%d", i)
@@ -248,6 +251,7 @@ func soak(tt *testing.T, cfg soakConfig) {
 	t.Log(summary)
 	fmt.Println(summary)
 	t.Logf("faults ran for %s; %d task histories were truncated (older entries dropped)", faultTime.Round(time.Second), rep.truncatedHistories)
+	rep.explainOutsideLock(t, locks, c)
 	rep.check(t)
 	if n := rep.completed + rep.failed + rep.cancelledTasks; n != len(accepted) || lc.unresolved != 0 {
 		t.Errorf("%d of %d accepted tasks accounted for; %d submits unresolved", n, len(accepted), lc.unresolved)

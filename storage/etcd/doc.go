@@ -25,6 +25,8 @@
 // breaks (compaction, lost leader, disconnect) they list again and emit the
 // difference, so consumers never miss a delete.
 //
-// Every call is bounded by the store's request timeout; errors are
-// *storage.OpError values naming the operation, key and endpoints.
+// Every call is bounded by the store's request timeout, but
+// ShardLockHistory, an audit's read of etcd's whole history of the locks,
+// which its caller bounds; errors are *storage.OpError values naming the
+// operation, key and endpoints.
 package etcd

@@ -27,6 +27,27 @@ type LockChange struct {
 	Resync bool
 }
 
+// who names the holder after the change, "holder@epoch" or "released".
+func (ch LockChange) who() string {
+	if ch.Holder == "" {
+		return "released"
+	}
+	return fmt.Sprintf("%s@%d", ch.Holder, ch.Epoch)
+}
+
+// String describes the change for a report: its arrival, revision and
+// holder after it, and whether a re-listing showed it.
+func (ch LockChange) String() string {
+	s := fmt.Sprintf("%s rev %d %s", stamp(ch.At), ch.Rev, ch.who())
+	if ch.Resync {
+		s += " (re-listed)"
+	}
+	return s
+}
+
+// stamp formats a time of the observers' single clock for a report.
+func stamp(t time.Time) string { return t.Format("15:04:05.000") }
+
 // LockTimeline is the history of a cluster's shard-lock holders, from an
 // etcd watch of the observer's own (not through any member's proxy): who
 // held which shard, under which epoch, when. It answers the audit's "was
@@ -44,6 +65,9 @@ type LockTimeline struct {
 	// the changes (one poll): HeldThroughout then also checks the
 	// acquisition edge (see NewPolledLockTimeline).
 	lag time.Duration
+	// history, when set, reads the backend's own record of the locks
+	// (etcd's MVCC history): see ReadHistory and Judge.
+	history LockHistoryReader
 }
 
 type lockWaiter struct {
@@ -77,8 +101,13 @@ func NewPolledLockTimeline(lag time.Duration) *LockTimeline {
 // Give it a store with a short retry back-off: after a break (the loss of
 // etcd's leader breaks it) the watch re-lists, and catches up as soon as
 // etcd answers again.
+//
+// When locks also reads its backend's history of the locks (an etcd
+// store: LockHistoryReader), the timeline's ReadHistory reads it.
 func WatchLocks(ctx context.Context, locks storage.ShardLockReader) *LockTimeline {
-	return watchInto(ctx, locks, NewLockTimeline())
+	l := NewLockTimeline()
+	l.history, _ = locks.(LockHistoryReader)
+	return watchInto(ctx, locks, l)
 }
 
 // WatchPolledLocks is WatchLocks for a store whose watch polls, its
@@ -137,7 +166,8 @@ func (l *LockTimeline) Record(at time.Time, ev storage.LockEvent) {
 func (l *LockTimeline) Wait() { <-l.done }
 
 // HeldThroughout reports whether runner held shard's lock under epoch for
-// the whole of [start, end].
+// the whole of [start, end], by the timeline alone (Judge adds the
+// backend's own history).
 //
 // That the tenure had begun by start is proven by the execution itself: the
 // epoch is the lock's create revision, which the runner learnt from etcd
@@ -154,22 +184,35 @@ func (l *LockTimeline) Wait() { <-l.done }
 func (l *LockTimeline) HeldThroughout(shard storage.ShardID, runner string, epoch int64, start, end time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.liveLocked(shard, runner, epoch, start, end).Held
+}
+
+// liveLocked is HeldThroughout's verdict, with its reason and whether the
+// timeline showed the tenure at all (seen).
+func (l *LockTimeline) liveLocked(shard storage.ShardID, runner string, epoch int64, start, end time.Time) (v LockVerdict) {
 	evs := l.log[shard]
 	same := func(ch LockChange) bool { return ch.Holder == runner && ch.Epoch == epoch }
 	i := slices.IndexFunc(evs, same)
 	if i < 0 {
-		return false
+		return LockVerdict{Why: "the lock watch never showed the tenure"}
 	}
+	v.seen = true
 	if first := evs[i]; l.lag > 0 && !first.Resync && first.At.After(start.Add(l.lag)) {
-		return false
+		v.Why = fmt.Sprintf("the tenure was first observed at %s, past the start plus the poll lag (%s)", stamp(first.At), l.lag)
+		return v
 	}
 	for _, ch := range evs[i+1:] {
 		if same(ch) {
 			continue // the same tenure, listed again
 		}
-		return !ch.At.Before(end)
+		if ch.At.Before(end) {
+			v.Why = fmt.Sprintf("the lock watch delivered its end (rev %d, %s) at %s, before the execution ended", ch.Rev, ch.who(), stamp(ch.At))
+			return v
+		}
+		break
 	}
-	return true
+	v.Held = true
+	return v
 }
 
 // Around describes shard's lock events that arrived within d of [start,
@@ -182,14 +225,7 @@ func (l *LockTimeline) Around(shard storage.ShardID, start, end time.Time, d tim
 		if ch.At.Before(start.Add(-d)) || ch.At.After(end.Add(d)) {
 			continue
 		}
-		who := "released"
-		if ch.Holder != "" {
-			who = fmt.Sprintf("%s@%d", ch.Holder, ch.Epoch)
-		}
-		if ch.Resync {
-			who += " (re-listed)"
-		}
-		parts = append(parts, fmt.Sprintf("%s rev %d %s", ch.At.Format("15:04:05.000"), ch.Rev, who))
+		parts = append(parts, ch.String())
 	}
 	if len(parts) == 0 {
 		return "no change within " + d.String()
