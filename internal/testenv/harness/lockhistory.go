@@ -72,10 +72,10 @@ const neverExisted = "the tenure never existed in etcd's history"
 // saw (created and deleted while it was cut off and re-listing, so that
 // no listing showed it) is judged by its end in the history, R_end, the
 // revision of the next event of its key (its deletion): it is held unless
-// the live watch delivered an event of shard's key with a revision at or
-// past R_end (a change, or a re-listing's, whose revision is the
-// listing's for a deletion) before end — that event proves etcd had
-// ended the tenure by then. Arrivals trail the changes, so this errs
+// the live watch delivered an event of any shard's key with a revision at
+// or past R_end (a change, or a re-listing's, whose revision is the
+// listing's for a deletion) before end — revisions are one order across
+// every key, so that event proves etcd had ended the tenure by then. Arrivals trail the changes, so this errs
 // towards "held", as HeldThroughout's release edge does. A tenure with
 // no end in the history was held at least until the history was read,
 // after end. That the tenure began before start is proven by its epoch:
@@ -122,13 +122,29 @@ func (l *LockTimeline) Judge(hist *LockHistory, shard storage.ShardID, runner st
 		}
 		return LockVerdict{Held: true}
 	}
-	for _, ch := range l.log[shard] {
-		if ch.Rev >= rEnd && ch.At.Before(end) {
-			return LockVerdict{Why: fmt.Sprintf("the tenure, which the lock watch never showed, ended at revision %d; the watch delivered rev %d (%s) at %s, before the execution ended",
-				rEnd, ch.Rev, ch.who(), stamp(ch.At))}
-		}
+	// Any shard's event will do: revisions are one order across every
+	// key, so an event at or past rEnd, whichever key it changed, proves
+	// etcd had ended the tenure by its arrival. A re-listing after the
+	// break that missed the tenure may show its shard unchanged (no event
+	// of that key), while it shows others'.
+	if ch, ok := l.firstArrivalAtOrPastLocked(rEnd); ok && ch.At.Before(end) {
+		return LockVerdict{Why: fmt.Sprintf("the tenure, which the lock watch never showed, ended at revision %d; the watch delivered rev %d (%s: %s) at %s, before the execution ended",
+			rEnd, ch.Rev, ch.Shard, ch.who(), stamp(ch.At))}
 	}
 	return LockVerdict{Held: true}
+}
+
+// firstArrivalAtOrPastLocked returns the earliest-arriving event of any
+// shard whose revision is at or past rev. Under mu.
+func (l *LockTimeline) firstArrivalAtOrPastLocked(rev int64) (first LockChange, ok bool) {
+	for _, evs := range l.log {
+		for _, ch := range evs {
+			if ch.Rev >= rev && (!ok || ch.At.Before(first.At)) {
+				first, ok = ch, true
+			}
+		}
+	}
+	return first, ok
 }
 
 // Timeline describes every event of shard's lock the timeline holds, one
