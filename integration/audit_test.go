@@ -48,7 +48,10 @@ func newRecorder(t testing.TB) *recorder {
 func (r *recorder) URL() string { return "http://" + r.ln.Addr().String() + "/task" }
 
 // serve runs a task: it works for the input's ms (or until the runner
-// cancels the request) and records the execution.
+// cancels the request) and records the execution. An input's retry_ms,
+// when set, is how long the attempts after the first work instead: a test
+// whose first attempts must be long (to still run when they are taken
+// over) need not wait as long for the attempts that take them over.
 func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	var t task.Task
 	if err := json.NewDecoder(req.Body).Decode(&t); err != nil {
@@ -66,9 +69,13 @@ func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	x := r.Begin(run)
 	var in struct {
-		MS int `json:"ms"`
+		MS      int `json:"ms"`
+		RetryMS int `json:"retry_ms"`
 	}
 	json.Unmarshal(t.Input, &in)
+	if t.Attempt > 1 && in.RetryMS > 0 {
+		in.MS = in.RetryMS
+	}
 	select {
 	case <-time.After(time.Duration(in.MS) * time.Millisecond):
 		r.Finish(x, nil)

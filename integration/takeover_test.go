@@ -40,10 +40,16 @@ func takeoverFlags(rec *recorder) []string {
 // the shards, settled.
 func startTakeoverCluster(t *testing.T, rec *recorder, ids ...string) (*cluster, []*runnerProc) {
 	t.Helper()
-	c := newCluster(t)
+	return startSettled(t, newCluster(t), takeoverFlags(rec), ids...)
+}
+
+// startSettled starts one runner per id on c, with flags, and waits until
+// they share the shards, settled.
+func startSettled(t *testing.T, c *cluster, flags []string, ids ...string) (*cluster, []*runnerProc) {
+	t.Helper()
 	var rs []*runnerProc
 	for _, id := range ids {
-		rs = append(rs, c.run(id, takeoverFlags(rec)...))
+		rs = append(rs, c.run(id, flags...))
 	}
 	c.waitAllOwned(ids, 60*time.Second)
 	c.waitSettled(rs, 1, 30*time.Second)
@@ -67,13 +73,19 @@ func setMode(t *testing.T, c *cluster, mode string, rollout int, want map[*runne
 // that they spread over every runner.
 func submitAudit(t *testing.T, c *cluster, n int) []string {
 	t.Helper()
+	return submitAuditInput(t, c, n, fmt.Sprintf(`{"ms":%d}`, takeoverTaskMS))
+}
+
+// submitAuditInput is submitAudit with the tasks' input (the recorder's:
+// see recorder.serve).
+func submitAuditInput(t *testing.T, c *cluster, n int, input string) []string {
+	t.Helper()
 	client := c.taskClient()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var refs []string
 	for range n {
-		tk, _, err := client.Submit(ctx, task.SubmitRequest{Type: "audit", MaxAttempts: 10,
-			Input: json.RawMessage(fmt.Sprintf(`{"ms":%d}`, takeoverTaskMS))})
+		tk, _, err := client.Submit(ctx, task.SubmitRequest{Type: "audit", MaxAttempts: 10, Input: json.RawMessage(input)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,16 +128,35 @@ func waitRunningTwo(t *testing.T, rec *recorder, victim *runnerProc) {
 }
 
 // cutWhileRunning waits until victim runs at least two tasks, then cuts it
-// off from etcd. It returns the time of the cut and the victim's
-// executions under way at that moment.
+// off from its coordination store (cutCoordination). It returns the time
+// of the cut and the victim's executions under way at that moment.
 func cutWhileRunning(t *testing.T, rec *recorder, victim *runnerProc) (time.Time, []auditExec) {
 	t.Helper()
 	waitRunningTwo(t, rec, victim)
 	running := runningOn(rec, victim.id)
-	victim.proxy.SetMode(testenv.Blackhole)
+	store := victim.cutCoordination(t)
 	cut := time.Now()
-	t.Logf("cut %s off from etcd with %d tasks running on it", victim.id, len(running))
+	t.Logf("cut %s off from %s with %d tasks running on it", victim.id, store, len(running))
 	return cut, running
+}
+
+// cutCoordination blackholes the runner's connection to its coordination
+// store, and says which store that is: etcd, through the runner's etcd
+// proxy (its S3 stays reachable); or, for a runner coordinating on S3
+// (no etcd proxy), its S3 proxy, which cuts it off from its task store
+// too.
+func (r *runnerProc) cutCoordination(t *testing.T) string {
+	t.Helper()
+	switch {
+	case r.proxy != nil:
+		r.proxy.SetMode(testenv.Blackhole)
+		return "etcd"
+	case r.s3 != nil:
+		r.s3.set(s3Blackhole, 1)
+		return "S3"
+	}
+	t.Fatalf("%s reaches its coordination store through no proxy of the test's", r.id)
+	return ""
 }
 
 // waitShardsMoved waits until every shard is locked by one of others (the
@@ -134,6 +165,17 @@ func waitShardsMoved(t *testing.T, c *cluster, others []string) time.Time {
 	t.Helper()
 	c.waitAllOwned(others, 30*time.Second)
 	return time.Now()
+}
+
+// requireStillRunning fails the test unless some of running, the victim's
+// executions under way at its cut, still ran when its shards were seen
+// moved: otherwise a successor could not have run them at the same time,
+// whatever it did, and the test proves nothing.
+func requireStillRunning(t *testing.T, rec *recorder, victim *runnerProc, running []auditExec, moved time.Time) {
+	t.Helper()
+	if n := stillRunningAt(rec, running, moved); n == 0 {
+		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), victim.id)
+	}
 }
 
 // checkSingleExecution waits for every task to finish and audits the runs
@@ -203,9 +245,7 @@ func TestLiveSwitchToObserveThenCut(t *testing.T) {
 	victim := rs[1]
 	_, running := cutWhileRunning(t, rec, victim)
 	moved := waitShardsMoved(t, c, []string{"o1", "o3"})
-	if n := stillRunningAt(rec, running, moved); n == 0 {
-		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), victim.id)
-	}
+	requireStillRunning(t, rec, victim, running, moved)
 	checkSingleExecution(t, c, rec, refs)
 }
 
@@ -234,9 +274,7 @@ func TestCanaryObserveRunnerCut(t *testing.T) {
 	refs := submitAudit(t, c, takeoverTasks)
 	_, running := cutWhileRunning(t, rec, rs[0])
 	moved := waitShardsMoved(t, c, enforceIDs)
-	if n := stillRunningAt(rec, running, moved); n == 0 {
-		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), rs[0].id)
-	}
+	requireStillRunning(t, rec, rs[0], running, moved)
 	checkSingleExecution(t, c, rec, refs)
 }
 
@@ -255,14 +293,34 @@ func TestSwitchAwayFromEnforceThenCut(t *testing.T) {
 	cut, running := cutWhileRunning(t, rec, victim)
 	waitShardsMoved(t, c, []string{"e1", "e2"})
 	checkSingleExecution(t, c, rec, refs)
+	checkTakenOverAtOnce(t, rec, victim, running, cut, takeoverTaskLease)
+}
+
+// checkTakenOverAtOnce checks that each of running, the victim's
+// executions under way at its cut, all claimed under enforcement, was run
+// again by another runner within half the task lease of the cut: taken
+// over as soon as its shard moved, not after its claim lapsed (a claim
+// renewed at most lease/3 before the cut lapses at least 2/3 of the lease
+// after it).
+func checkTakenOverAtOnce(t *testing.T, rec *recorder, victim *runnerProc, running []auditExec, cut time.Time, lease time.Duration) {
+	t.Helper()
+	stopped := map[string]time.Time{}
+	for _, x := range rec.all() {
+		for _, y := range running {
+			if x.TaskID == y.TaskID && x.Runner == y.Runner && x.Start.Equal(y.Start) {
+				stopped[x.TaskID] = x.End
+			}
+		}
+	}
 	for id, at := range restartedBy(rec, running) {
 		switch {
 		case at.IsZero():
 			t.Errorf("task %s, running on %s at the cut, was not run again by another runner", id, victim.id)
-		case at.Sub(cut) > takeoverTaskLease/2:
+		case at.Sub(cut) > lease/2:
 			t.Errorf("task %s restarted %s after the cut: its enforced claim should have been taken over at once, not after it lapsed", id, at.Sub(cut).Round(time.Millisecond))
 		default:
-			t.Logf("task %s restarted by another runner %s after the cut", id, at.Sub(cut).Round(time.Millisecond))
+			t.Logf("task %s stopped by %s %s after the cut, restarted by another runner %s after it", id, victim.id,
+				stopped[id].Sub(cut).Round(time.Millisecond), at.Sub(cut).Round(time.Millisecond))
 		}
 	}
 }
@@ -281,8 +339,6 @@ func TestSwitchToEnforceDuringPartition(t *testing.T) {
 	_, running := cutWhileRunning(t, rec, victim)
 	setMode(t, c, "enforce", 100, map[*runnerProc]string{rs[1]: "enforce", rs[2]: "enforce"})
 	moved := waitShardsMoved(t, c, []string{"w2", "w3"})
-	if n := stillRunningAt(rec, running, moved); n == 0 {
-		t.Fatalf("none of the %d tasks running on %s at the cut still ran when its shards moved: the test proves nothing", len(running), victim.id)
-	}
+	requireStillRunning(t, rec, victim, running, moved)
 	checkSingleExecution(t, c, rec, refs)
 }
