@@ -124,6 +124,9 @@ type auditReport struct {
 	completed, failed, cancelledTasks int
 	truncatedHistories                int // tasks whose history dropped older entries
 
+	// placedByHistory counts the executions whose tenure the live lock
+	// watch never showed, judged by etcd's history instead (Judge).
+	placedByHistory int
 	// outsideLockRuns are the executions of outsideLock, in its order.
 	outsideLockRuns []auditExec
 	// lockHistory is etcd's own history of the locks the executions were
@@ -225,7 +228,11 @@ func auditLag(t testing.TB, client *task.Client, execs []auditExec, locks *harne
 		if locks == nil {
 			continue
 		}
-		if v := locks.Judge(rep.lockHistory, x.Shard, x.Runner, x.Epoch, x.Start, x.End); !v.Held {
+		v := locks.Judge(rep.lockHistory, x.Shard, x.Runner, x.Epoch, x.Start, x.End)
+		if v.ByHistory {
+			rep.placedByHistory++
+		}
+		if !v.Held {
 			rep.outsideLock = append(rep.outsideLock, fmt.Sprintf("task %s on %s (epoch %d) in %s [%s, %s]: %s; lock changes: %s",
 				x.TaskID, x.Runner, x.Epoch, x.Shard, x.Start.Format("15:04:05.000"), x.End.Format("15:04:05.000"), v.Why,
 				locks.Around(x.Shard, x.Start, x.End, 3*time.Second)))

@@ -250,7 +250,8 @@ func soak(tt *testing.T, cfg soakConfig) {
 		len(rep.historyAnomalies), len(rep.unrecordedCompletions), len(rep.phantoms))
 	t.Log(summary)
 	fmt.Println(summary)
-	t.Logf("faults ran for %s; %d task histories were truncated (older entries dropped)", faultTime.Round(time.Second), rep.truncatedHistories)
+	t.Logf("faults ran for %s; %d task histories were truncated (older entries dropped); %d executions ran under a tenure the live lock watch never showed, judged by etcd's history",
+		faultTime.Round(time.Second), rep.truncatedHistories, rep.placedByHistory)
 	rep.explainOutsideLock(t, locks, c)
 	rep.check(t)
 	if n := rep.completed + rep.failed + rep.cancelledTasks; n != len(accepted) || lc.unresolved != 0 {

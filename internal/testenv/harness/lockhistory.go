@@ -50,6 +50,11 @@ type LockVerdict struct {
 	// Why says, when not Held, what proved the execution outside the
 	// tenure or what could not be placed.
 	Why string
+	// ByHistory is set when the live timeline never showed the tenure
+	// and etcd's history placed it (Judge): the verdict the timeline
+	// alone would have given is "not held". The audit counts these, so
+	// that a run says how often the history decided.
+	ByHistory bool
 	// seen is set when the live timeline showed the tenure.
 	seen bool
 }
@@ -118,9 +123,9 @@ func (l *LockTimeline) Judge(hist *LockHistory, shard storage.ShardID, runner st
 	}
 	if rEnd == 0 {
 		if hist.Asked.Before(end) {
-			return LockVerdict{Why: fmt.Sprintf("the tenure was held at revision %d, but etcd's history was read at %s, before the execution ended", hist.Revision, stamp(hist.Asked))}
+			return LockVerdict{Why: fmt.Sprintf("the tenure was held at revision %d, but etcd's history was read at %s, before the execution ended", hist.Revision, stamp(hist.Asked)), ByHistory: true}
 		}
-		return LockVerdict{Held: true}
+		return LockVerdict{Held: true, ByHistory: true}
 	}
 	// Any shard's event will do: revisions are one order across every
 	// key, so an event at or past rEnd, whichever key it changed, proves
@@ -129,9 +134,9 @@ func (l *LockTimeline) Judge(hist *LockHistory, shard storage.ShardID, runner st
 	// of that key), while it shows others'.
 	if ch, ok := l.firstArrivalAtOrPastLocked(rEnd); ok && ch.At.Before(end) {
 		return LockVerdict{Why: fmt.Sprintf("the tenure, which the lock watch never showed, ended at revision %d; the watch delivered rev %d (%s: %s) at %s, before the execution ended",
-			rEnd, ch.Rev, ch.Shard, ch.who(), stamp(ch.At))}
+			rEnd, ch.Rev, ch.Shard, ch.who(), stamp(ch.At)), ByHistory: true}
 	}
-	return LockVerdict{Held: true}
+	return LockVerdict{Held: true, ByHistory: true}
 }
 
 // firstArrivalAtOrPastLocked returns the earliest-arriving event of any

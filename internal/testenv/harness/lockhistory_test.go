@@ -132,6 +132,10 @@ func TestLockHistoryJudgesMissedTenures(t *testing.T) {
 	} {
 		l := timeline(tc.relisted, tc.released2)
 		v := l.Judge(hist, tc.sh, tc.runner, tc.epoch, at(1000), at(2000))
+		missed := tc.why != neverExisted && (tc.epoch == e2 || tc.epoch == e5 || tc.epoch == e7 || tc.epoch == e8)
+		if v.ByHistory != missed {
+			t.Errorf("%s: ByHistory %v, want %v (the live watch never showed the tenure)", tc.name, v.ByHistory, missed)
+		}
 		if v.Held != tc.held || !strings.Contains(v.Why, tc.why) {
 			t.Errorf("%s: held %v (%s), want %v (%q)\nlive:\n%s\netcd:\n%s", tc.name, v.Held, v.Why, tc.held, tc.why, l.Timeline(tc.sh), hist.Describe(tc.sh))
 		}
@@ -141,7 +145,7 @@ func TestLockHistoryJudgesMissedTenures(t *testing.T) {
 		if nv := l.Judge(nil, tc.sh, tc.runner, tc.epoch, at(1000), at(2000)); nv.Held != old {
 			t.Errorf("%s: without the history held %v, HeldThroughout %v", tc.name, nv.Held, old)
 		}
-		if missed := tc.epoch == e2 || tc.epoch == e5 || tc.epoch == e7 || tc.epoch == e8; missed && old {
+		if missed && old {
 			t.Errorf("%s: HeldThroughout placed a tenure the watch never showed", tc.name)
 		}
 	}
