@@ -365,12 +365,16 @@ func TestBenchS3Latency(t *testing.T) {
 		t.Errorf("settings: S3 latency %+v, want 5ms with 2ms jitter", l)
 	}
 	th := out.Scenarios.Throughput
-	if th == nil || th.Ceiling == nil || th.CeilingTasksPerS <= 0 || th.Ratio <= 0 || th.Ratio3 <= 0 || len(th.Ceiling.Trials) != 1 ||
-		th.Ceiling.Workers < 1 || !slices.Contains(th.Ceiling.Sequence, "create") || th.PerTask["create"] != 1 {
-		t.Fatalf("throughput: %+v, ceiling %+v: want a ceiling with a ratio and the replayed mix", th, th.Ceiling)
+	if th == nil || th.Ceiling == nil || th.Ceiling3 == nil || th.CeilingTasksPerS <= 0 || th.Ratio <= 0 || th.Ratio3 <= 0 || len(th.Ceiling.Trials) != 1 ||
+		len(th.Ceiling3.Trials) != 1 || th.Ceiling.Workers < 1 || !slices.Contains(th.Ceiling.Sequence, "create") || th.PerTask["create"] != 1 {
+		t.Fatalf("throughput: %+v, ceiling %+v: want a ceiling beside each runner count, with a ratio and the replayed mix", th, th.Ceiling)
 	}
-	if tr := th.Ceiling.Trials[0]; tr.Requests != tr.Tasks*len(th.Ceiling.Sequence) {
-		t.Errorf("ceiling trial %+v: %d requests on the wire, want %d per task-equivalent", tr, tr.Requests, len(th.Ceiling.Sequence))
+	// Each ceiling goes through a proxy of its own: exactly its sequences
+	// on the wire, not the idle runners' requests beside them.
+	for _, c := range []*bench.Ceiling{th.Ceiling, th.Ceiling3} {
+		if tr := c.Trials[0]; tr.Requests != tr.Tasks*len(c.Sequence) {
+			t.Errorf("ceiling trial %+v: %d requests on the wire, want %d per task-equivalent", tr, tr.Requests, len(c.Sequence))
+		}
 	}
 	t.Logf("throughput %.0f tasks/s, ceiling %.0f task-equivalents/s of %v: ratio %.2f", th.OneRunner, th.CeilingTasksPerS, th.Ceiling.Sequence, th.Ratio)
 	lp := out.Scenarios.LatencyProfile

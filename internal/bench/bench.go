@@ -251,8 +251,14 @@ func (r *ThroughputResult) rows() []row {
 	}
 	if c := r.Ceiling; c != nil {
 		rows = append(rows,
-			row{"S3 ceiling, same mix", fmt.Sprintf("%.0f task-equivalents/s (%.0f requests/s) from %d workers: %s", c.TasksPerS, c.OpsPerS, c.Workers, strings.Join(c.Sequence, " "))},
-			row{"ratio to the ceiling", fmt.Sprintf("%.2f with 1 runner, %.2f with 3", r.Ratio, r.Ratio3)})
+			row{"S3 ceiling, same mix", fmt.Sprintf("%.0f task-equivalents/s (%.0f requests/s) from %d workers: %s", c.TasksPerS, c.OpsPerS, c.Workers, strings.Join(c.Sequence, " "))})
+	}
+	if c := r.Ceiling3; c != nil {
+		rows = append(rows,
+			row{"S3 ceiling, beside 3 runners", fmt.Sprintf("%.0f task-equivalents/s from %d workers", c.TasksPerS, c.Workers)})
+	}
+	if r.Ceiling != nil {
+		rows = append(rows, row{"ratio to the ceiling", fmt.Sprintf("%.2f with 1 runner, %.2f with 3", r.Ratio, r.Ratio3)})
 	}
 	return rows
 }

@@ -23,12 +23,13 @@ var ceilingOrder = []s3count.Op{s3count.OpPut, s3count.OpCreate, s3count.OpGet, 
 // Ceiling is the S3 server's own rate for the request mix of one task,
 // measured in the same run with no Tenure in between: the same requests
 // (by operation, with the same body sizes, counted on the wire in the
-// throughput trials) from as many concurrent workers as the throughput
-// trials had requests in flight at their peak, through the same counting
-// proxy (and simulated latency, if any).
+// first throughput trial) from as many concurrent workers as that trial
+// had requests in flight at its peak, through a counting proxy of the
+// same kind (and simulated latency, if any), one ceiling trial right
+// after each throughput trial (see ThroughputResult.Ceiling).
 type Ceiling struct {
-	// Mix is the throughput trials' requests per task on the wire, by
-	// operation, rounded to 3 decimals.
+	// Mix is the first throughput trial's requests per task on the wire,
+	// by operation, rounded to 3 decimals.
 	Mix map[string]float64 `json:"mix_per_task"`
 	// Sequence is one task-equivalent: Mix rounded to whole requests, in
 	// the order they are sent. Skipped are the operations of Mix left out
@@ -36,7 +37,7 @@ type Ceiling struct {
 	Sequence []string `json:"sequence"`
 	Skipped  []string `json:"skipped,omitempty"`
 	// BodyBytes is the body size of each PUT-like operation, the mean of
-	// the throughput trials'.
+	// the first throughput trial's.
 	BodyBytes map[string]int `json:"body_bytes"`
 	Workers   int            `json:"workers"`
 	// OpsPerS and TasksPerS are medians over trials: requests per second
@@ -63,9 +64,8 @@ type CeilingTrial struct {
 // newCeiling derives the sequence from the wire counts of the throughput
 // trials (tasks tasks) and the number of workers from their peak.
 func newCeiling(counts s3count.Counts, tasks, peak int) *Ceiling {
-	c := &Ceiling{Mix: map[string]float64{}, BodyBytes: map[string]int{}, Workers: max(peak, 1), bodies: map[s3count.Op][]byte{}}
+	c := &Ceiling{Mix: mixOf(counts, tasks), BodyBytes: map[string]int{}, Workers: max(peak, 1), bodies: map[s3count.Op][]byte{}}
 	for op, n := range counts.Requests {
-		c.Mix[string(op)] = round(float64(n)/float64(tasks), 3)
 		if !slices.Contains(ceilingOrder, op) || float64(n)/float64(tasks) < 0.5 {
 			c.Skipped = append(c.Skipped, string(op))
 		}
@@ -98,30 +98,35 @@ func fakeBody(size int) []byte {
 	return b
 }
 
-// run measures trials batches of tasks task-equivalents each.
-func (c *Ceiling) run(ctx context.Context, e *env, tasks int) error {
+// trial measures the i-th batch of tasks task-equivalents (of e.trials;
+// finish takes the medians).
+func (c *Ceiling) trial(ctx context.Context, e *env, i, tasks int) error {
+	prefix := fmt.Sprintf("%s%d/", c.keyPrefix, i)
+	if err := c.setup(ctx, prefix, tasks); err != nil {
+		return err
+	}
+	before := c.wire.Counts()
+	start := time.Now()
+	if err := c.batch(ctx, prefix, tasks); err != nil {
+		return err
+	}
+	d := time.Since(start)
+	n := c.wire.Counts().Sub(before).Total()
+	t := CeilingTrial{Tasks: tasks, Requests: n, ElapsedMS: ms(d), TasksPerS: round(float64(tasks)/d.Seconds(), 1),
+		OpsPerS: round(float64(n)/d.Seconds(), 1)}
+	c.Trials = append(c.Trials, t)
+	e.logf("throughput: S3 ceiling, trial %d/%d: %d task-equivalents (%d requests) from %d workers in %s: %.0f/s (%.0f requests/s)",
+		i+1, e.trials, tasks, n, c.Workers, d.Round(time.Millisecond), t.TasksPerS, t.OpsPerS)
+	return nil
+}
+
+// finish sets the medians over the trials.
+func (c *Ceiling) finish() {
 	var ops, rates []float64
-	for i := range e.trials {
-		prefix := fmt.Sprintf("%s%d/", c.keyPrefix, i)
-		if err := c.setup(ctx, prefix, tasks); err != nil {
-			return err
-		}
-		before := c.wire.Counts()
-		start := time.Now()
-		if err := c.batch(ctx, prefix, tasks); err != nil {
-			return err
-		}
-		d := time.Since(start)
-		n := c.wire.Counts().Sub(before).Total()
-		t := CeilingTrial{Tasks: tasks, Requests: n, ElapsedMS: ms(d), TasksPerS: round(float64(tasks)/d.Seconds(), 1),
-			OpsPerS: round(float64(n)/d.Seconds(), 1)}
-		c.Trials = append(c.Trials, t)
+	for _, t := range c.Trials {
 		ops, rates = append(ops, t.OpsPerS), append(rates, t.TasksPerS)
-		e.logf("throughput: S3 ceiling, trial %d/%d: %d task-equivalents (%d requests) from %d workers in %s: %.0f/s (%.0f requests/s)",
-			i+1, e.trials, tasks, n, c.Workers, d.Round(time.Millisecond), t.TasksPerS, t.OpsPerS)
 	}
 	c.OpsPerS, c.TasksPerS = round(median(ops), 1), round(median(rates), 1)
-	return nil
 }
 
 // setup creates the task objects beforehand when the sequence reads or

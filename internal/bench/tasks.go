@@ -52,11 +52,19 @@ type ThroughputResult struct {
 	// operation (runners and submitters together).
 	PerTask map[string]float64 `json:"per_task"`
 	// CeilingTasksPerS is Ceiling.TasksPerS; Ratio is OneRunner over it,
-	// Ratio3 ThreeRunners over it.
-	CeilingTasksPerS float64  `json:"ceiling_tasks_per_s"`
-	Ratio            float64  `json:"ratio"`
-	Ratio3           float64  `json:"ratio_3_runners"`
-	Ceiling          *Ceiling `json:"ceiling"`
+	// Ratio3 ThreeRunners over Ceiling3's.
+	CeilingTasksPerS float64 `json:"ceiling_tasks_per_s"`
+	Ratio            float64 `json:"ratio"`
+	Ratio3           float64 `json:"ratio_3_runners"`
+	// Ceiling is measured interleaved with the one-runner trials (a
+	// ceiling trial right after each runner trial, through the same
+	// proxy, the runners idle), Ceiling3 with the three-runner ones: the
+	// machine's drift over a run (seen to move either side's rate by a
+	// quarter between its first and last trial) then moves both sides of
+	// each ratio alike, where a ceiling measured after every runner trial
+	// got all of it.
+	Ceiling  *Ceiling `json:"ceiling"`
+	Ceiling3 *Ceiling `json:"ceiling_3_runners"`
 }
 
 // ThroughputTrial is one batch.
@@ -74,48 +82,53 @@ type ThroughputTrial struct {
 	Connections int `json:"s3_connections"`
 }
 
-// throughputCounts are the wire counts of the trials so far, for the
-// ceiling.
+// throughputCounts are the wire counts of the trials so far: the
+// requests per task reported (PerTask).
 type throughputCounts struct {
 	counts s3count.Counts
 	tasks  int
-	peak   int // the largest PeakInFlight
 }
 
 func runThroughput(ctx context.Context, e *env) (Result, error) {
 	res := &ThroughputResult{Shards: taskShards, Submitters: submitters, TasksPerTrial: pick(e.o, 500, 100)}
 	seen := &throughputCounts{counts: s3count.Counts{}}
 	for _, n := range []int{1, 3} {
-		rates, err := throughputWith(ctx, e, n, res, seen, n == 3)
+		rates, ceiling, err := throughputWith(ctx, e, n, res, seen)
 		if err != nil {
 			return nil, err
 		}
 		if n == 1 {
-			res.OneRunner = round(median(rates), 1)
+			res.OneRunner, res.Ceiling = round(median(rates), 1), ceiling
 		} else {
-			res.ThreeRunners = round(median(rates), 1)
+			res.ThreeRunners, res.Ceiling3 = round(median(rates), 1), ceiling
 		}
 	}
-	res.PerTask = res.Ceiling.Mix
+	res.PerTask = mixOf(seen.counts, seen.tasks)
 	res.CeilingTasksPerS = res.Ceiling.TasksPerS
 	if c := res.CeilingTasksPerS; c > 0 {
-		res.Ratio, res.Ratio3 = round(res.OneRunner/c, 3), round(res.ThreeRunners/c, 3)
+		res.Ratio = round(res.OneRunner/c, 3)
 	}
-	e.logf("throughput: 1 runner %.0f tasks/s = %.2f of the S3 ceiling, %.0f task-equivalents/s", res.OneRunner, res.Ratio, res.CeilingTasksPerS)
+	if c := res.Ceiling3.TasksPerS; c > 0 {
+		res.Ratio3 = round(res.ThreeRunners/c, 3)
+	}
+	e.logf("throughput: 1 runner %.0f tasks/s = %.2f of the S3 ceiling (%.0f task-equivalents/s); 3 runners %.0f = %.2f of theirs (%.0f)",
+		res.OneRunner, res.Ratio, res.CeilingTasksPerS, res.ThreeRunners, res.Ratio3, res.Ceiling3.TasksPerS)
 	return res, nil
 }
 
 // throughputWith runs the trials of n runners, adding their wire counts
-// to seen; with ceiling, it then stops the runners and measures the S3
-// ceiling of every trial's mix through the same proxy.
-func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, seen *throughputCounts, ceiling bool) ([]float64, error) {
+// to seen, each followed by a trial of the S3 ceiling through the same
+// proxy while the runners idle: the ceiling of the first trial's mix and
+// peak of requests in flight, measured interleaved (see
+// ThroughputResult.Ceiling).
+func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, seen *throughputCounts) ([]float64, *Ceiling, error) {
 	c, err := e.newCluster(ctx, fmt.Sprintf("%s%d", ScenarioThroughput, n), taskShards)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wire, err := c.countingProxy()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.overrides = append(c.overrides, "s3.endpoint="+wire.URL())
 	noop := func(h *entity.Host) error {
@@ -123,59 +136,80 @@ func throughputWith(ctx context.Context, e *env, n int, res *ThroughputResult, s
 	}
 	rs, tc, err := c.runnersAndClient(ctx, n, noop)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer stopRunners(rs)
 	regs := registries(rs)
-	var rates []float64
+	var (
+		rates []float64
+		ceil  *Ceiling
+	)
 	for i := range e.trials {
 		base, err := completed(regs, typeNoop)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		before := wire.Counts()
 		wire.TakePeakInFlight()
 		start := time.Now()
 		refs, err := submitBatch(ctx, tc, typeNoop, res.TasksPerTrial, submitters)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := waitCompleted(ctx, rs, tc, refs, typeNoop, base+float64(res.TasksPerTrial), batchWithin); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		d := time.Since(start)
 		peak := wire.TakePeakInFlight()
 		// The ready pointers are deleted after the completing commits:
 		// count the batch's requests once they are all on the wire.
 		if err := waitOps(ctx, wire, before, s3count.OpDelete, res.TasksPerTrial, 10*time.Second); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		batch := wire.Counts().Sub(before)
 		seen.counts = seen.counts.Add(batch)
 		seen.tasks += res.TasksPerTrial
-		seen.peak = max(seen.peak, peak)
 		rate := float64(res.TasksPerTrial) / d.Seconds()
 		res.Trials = append(res.Trials, ThroughputTrial{Runners: n, Tasks: res.TasksPerTrial, ElapsedMS: ms(d), TasksPerS: round(rate, 1), PeakInFlight: peak,
 			Connections: batch.Connections})
 		rates = append(rates, rate)
 		e.logf("throughput: %d runner(s), trial %d/%d: %d tasks in %s: %.0f tasks/s (%d S3 requests in flight at most, %d connections opened)",
 			n, i+1, e.trials, res.TasksPerTrial, d.Round(time.Millisecond), rate, peak, batch.Connections)
+		if ceil == nil {
+			// The ceiling replays the first trial's mix with as many
+			// workers as it had requests in flight at its peak, through
+			// a counting proxy of its own: the idle runners' few
+			// requests are not counted as its.
+			cwire, err := c.countingProxy()
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg, err := c.config("bench-ceiling", "s3.endpoint="+cwire.URL())
+			if err != nil {
+				return nil, nil, err
+			}
+			ceil = newCeiling(batch, res.TasksPerTrial, peak)
+			ceil.wire, ceil.keyPrefix = cwire, fmt.Sprintf("ceiling%d/", n)
+			if ceil.store, err = runner.NewObjectStore(ctx, cfg); err != nil {
+				return nil, nil, fmt.Errorf("bench: S3 ceiling: %w", err)
+			}
+			e.logf("throughput: S3 ceiling of one task's requests %v from %d workers, a trial after each of %d runner(s)' trials", ceil.Sequence, ceil.Workers, n)
+		}
+		if err := ceil.trial(ctx, e, i, res.TasksPerTrial); err != nil {
+			return nil, nil, err
+		}
 	}
-	if !ceiling {
-		return rates, nil
+	ceil.finish()
+	return rates, ceil, nil
+}
+
+// mixOf is counts per task, by operation, rounded to 3 decimals.
+func mixOf(counts s3count.Counts, tasks int) map[string]float64 {
+	mix := map[string]float64{}
+	for op, n := range counts.Requests {
+		mix[string(op)] = round(float64(n)/float64(tasks), 3)
 	}
-	stopRunners(rs)
-	cfg, err := c.config("bench-ceiling", "s3.endpoint="+wire.URL())
-	if err != nil {
-		return nil, err
-	}
-	res.Ceiling = newCeiling(seen.counts, seen.tasks, seen.peak)
-	res.Ceiling.wire, res.Ceiling.keyPrefix = wire, "ceiling/"
-	if res.Ceiling.store, err = runner.NewObjectStore(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("bench: S3 ceiling: %w", err)
-	}
-	e.logf("throughput: S3 ceiling of one task's requests %v from %d workers", res.Ceiling.Sequence, res.Ceiling.Workers)
-	return rates, res.Ceiling.run(ctx, e, res.TasksPerTrial)
+	return mix
 }
 
 // startRunners starts n in-process runners b1…bn and waits for the
