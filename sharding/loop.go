@@ -100,11 +100,9 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 		}
 	}
 	m.mu.Unlock()
-	for _, s := range release {
-		if !m.release(ctx, s) {
-			break // detached or stopping: the rest waits for the next pass
-		}
-	}
+	// Detached or stopping, releaseAll stops: the rest waits for the
+	// next pass.
+	m.releaseAll(ctx, release)
 	m.acquireWanted(ctx, false)
 	m.metrics.rebalance.Observe(time.Since(start).Seconds())
 	return next

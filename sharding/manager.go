@@ -302,8 +302,8 @@ func (m *Manager) Procedure() placement.Procedure {
 }
 
 // Drain hands every shard over gracefully: the runner's weight drops to 0
-// (so the others take its shards), and its shards are released one by one,
-// each interrupted and requeued before its lock is deleted. It returns when
+// (so the others take its shards), and its shards are released, up to 16
+// at once, each interrupted and requeued before its lock is deleted. It returns when
 // no shard is owned, or with ctx's error.
 func (m *Manager) Drain(ctx context.Context) error {
 	done := make(chan error, 1)

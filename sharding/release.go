@@ -3,10 +3,22 @@ package sharding
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/storage"
 )
+
+// releaseParallel bounds the planned releases in flight at once. A
+// release is mostly waiting: for the Handler's ShardReleasing (one call
+// at a time, as the Handler contract says) and for the store to delete
+// the lock, a round trip each. One at a time, a drain of 410 shards took
+// 5.4 s on two busy cores (4,096 shards over 10 runners); with the
+// deletes overlapped it is bounded by the Handler's share. The bound keeps
+// a drain of thousands of shards from sending thousands of deletes at
+// once to the coordination store.
+const releaseParallel = 16
 
 // release hands one shard over: interrupt, let the handler requeue its
 // in-flight work while the lock is still held, then delete the lock. It
@@ -50,7 +62,39 @@ func (m *Manager) release(ctx context.Context, s storage.ShardID) bool {
 	return true
 }
 
-// drain drops our weight to 0 and releases every shard, one by one.
+// releaseAll hands shards over, up to releaseParallel at once (see
+// release), and waits for every release it started. It reports false when
+// a release could not act (detached or stopping): it then starts no
+// more, and the rest waits for the next pass.
+func (m *Manager) releaseAll(ctx context.Context, shards []storage.ShardID) bool {
+	sem := make(chan struct{}, releaseParallel)
+	var (
+		wg      sync.WaitGroup
+		stopped atomic.Bool
+	)
+	for _, s := range shards {
+		sem <- struct{}{}
+		if stopped.Load() {
+			<-sem
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				<-sem
+				wg.Done()
+			}()
+			if !m.release(ctx, s) {
+				stopped.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	return !stopped.Load()
+}
+
+// drain drops our weight to 0 and releases every shard, up to
+// releaseParallel at once.
 func (m *Manager) drain(ctx context.Context) error {
 	m.mu.Lock()
 	m.draining = true
@@ -73,10 +117,8 @@ func (m *Manager) drain(ctx context.Context) error {
 		if len(shards) == 0 {
 			return nil
 		}
-		for _, s := range shards {
-			if !m.release(ctx, s) {
-				return errors.New("sharding: drain interrupted: runner detached or stopping")
-			}
+		if !m.releaseAll(ctx, shards) {
+			return errors.New("sharding: drain interrupted: runner detached or stopping")
 		}
 	}
 }

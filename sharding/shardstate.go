@@ -335,7 +335,8 @@ func (t *shardTable) check() error {
 //     attached (onTransition);
 //   - a shard is Pending only while the assignment gives it to us:
 //     recomputeLocked and acquireWanted free the others;
-//   - at most one shard is Releasing: the loop releases one at a time.
+//   - at most releaseParallel shards are Releasing: the loop releases
+//     that many at a time (releaseAll).
 
 // moveLocked moves s to the state of to through shardTable.move, once the
 // manager's invariants allow it, and keeps the owned gauge. A refused move
@@ -362,8 +363,8 @@ func (m *Manager) admitLocked(s storage.ShardID, to shardState) error {
 		return fmt.Errorf("%w: shard %s: owned while detached", errShardTransition, s)
 	case to == shardPending && m.assignment[s] != m.self.ID:
 		return fmt.Errorf("%w: shard %s: pending while the assignment gives it to %q", errShardTransition, s, m.assignment[s])
-	case to == shardReleasing && m.shards.count(shardReleasing) > 0:
-		return fmt.Errorf("%w: shard %s: a second release at once", errShardTransition, s)
+	case to == shardReleasing && m.shards.count(shardReleasing) >= releaseParallel:
+		return fmt.Errorf("%w: shard %s: more than %d releases at once", errShardTransition, s, releaseParallel)
 	}
 	return nil
 }
@@ -382,8 +383,8 @@ func (m *Manager) checkShardsLocked() error {
 			return fmt.Errorf("%w: shard %s pending while the assignment gives it to %q", errShardTransition, s, m.assignment[s])
 		}
 	}
-	if n := m.shards.count(shardReleasing); n > 1 {
-		return fmt.Errorf("%w: %d shards releasing at once", errShardTransition, n)
+	if n := m.shards.count(shardReleasing); n > releaseParallel {
+		return fmt.Errorf("%w: %d shards releasing at once, more than %d", errShardTransition, n, releaseParallel)
 	}
 	return nil
 }

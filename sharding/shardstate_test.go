@@ -218,19 +218,26 @@ func TestShardTableRandom(t *testing.T) {
 }
 
 // TestManagerRefusesMoves: the manager refuses moves that break its own
-// invariants (owned while detached, pending while assigned elsewhere, two
-// releases at once), logs and counts them, and leaves the shard as it was.
+// invariants (owned while detached, pending while assigned elsewhere, more
+// than releaseParallel releases at once), logs and counts them, and leaves
+// the shard as it was.
 func TestManagerRefusesMoves(t *testing.T) {
-	meta := storage.ClusterMeta{Shards: 4, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
+	n := releaseParallel + 1
+	meta := storage.ClusterMeta{Shards: n, Groups: []string{storage.DefaultGroup}, Hash: placement.HashName}
 	m, err := New(nopStore{}, storage.RunnerInfo{ID: "m", Weight: 1}, meta, testConfig(), WithLogger(testLogger(t, "m")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.machine.Close)
-	s0, s1 := storage.ShardID{Group: storage.DefaultGroup, Index: 0}, storage.ShardID{Group: storage.DefaultGroup, Index: 1}
+	shard := func(i int) storage.ShardID { return storage.ShardID{Group: storage.DefaultGroup, Index: i} }
+	s0, s1 := shard(0), shard(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.assignment = placement.Assignment{s0: "m", s1: "other"}
+	m.assignment = placement.Assignment{}
+	for i := range n {
+		m.assignment[shard(i)] = "m"
+	}
+	m.assignment[s1] = "other"
 
 	if m.moveLocked(s0, wellFormed(s0, shardOwned, 2)) {
 		t.Error("owned while detached: allowed")
@@ -242,19 +249,22 @@ func TestManagerRefusesMoves(t *testing.T) {
 		t.Error("pending while assigned to us: refused")
 	}
 	m.attached = true
-	for _, s := range []storage.ShardID{s0, s1} {
-		if !m.moveLocked(s, wellFormed(s, shardOwned, 2)) {
-			t.Errorf("%s: owned while attached: refused", s)
+	for i := range n {
+		if !m.moveLocked(shard(i), wellFormed(shard(i), shardOwned, 2)) {
+			t.Errorf("%s: owned while attached: refused", shard(i))
 		}
 	}
-	if !m.moveLocked(s0, releasingOf(m.shards.get(s0).own)) {
-		t.Error("first release: refused")
+	for i := range releaseParallel {
+		if !m.moveLocked(shard(i), releasingOf(m.shards.get(shard(i)).own)) {
+			t.Errorf("release %d of %d at once: refused", i+1, releaseParallel)
+		}
 	}
-	if m.moveLocked(s1, releasingOf(m.shards.get(s1).own)) {
-		t.Error("second release at once: allowed")
+	last := shard(n - 1)
+	if m.moveLocked(last, releasingOf(m.shards.get(last).own)) {
+		t.Errorf("release %d at once: allowed", n)
 	}
-	if st := m.shards.get(s1).state; st != shardOwned {
-		t.Errorf("after a refused move %s is %s, want owned", s1, st)
+	if st := m.shards.get(last).state; st != shardOwned {
+		t.Errorf("after a refused move %s is %s, want owned", last, st)
 	}
 	if n := m.badMoves.Load(); n != 3 {
 		t.Errorf("badMoves = %d, want 3", n)
