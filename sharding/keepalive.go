@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tenurehq/tenure/detachment"
 	"github.com/tenurehq/tenure/storage"
 )
 
@@ -56,7 +57,14 @@ func (f *keepAliveFeed) result(res storage.KeepAliveResult, err error) {
 		// machine hears it as what it is.
 		f.failed()
 		m.metrics.leaseLost.Inc()
-		m.log.Warn("lease lost; detaching and registering again", "lease", fmt.Sprintf("%x", f.lease), "err", err)
+		// Only enforce mode detaches on it: observe and off report the
+		// decision and interrupt nothing (a handler whose task claim can
+		// no longer be renewed is stopped by the claim's own guard).
+		msg := "lease lost; detaching and registering again"
+		if mode := m.machine.Config().Mode; mode != detachment.ModeEnforce {
+			msg = fmt.Sprintf("lease lost; registering again (%s mode: not detaching, running work goes on)", mode)
+		}
+		m.log.Warn(msg, "lease", fmt.Sprintf("%x", f.lease), "err", err)
 		m.machine.LeaseLost(f.lease)
 		m.emit(Event{Kind: EventLeaseLost, At: time.Now(), LeaseID: f.lease, Streak: f.streak, Err: err})
 		m.reregister.fire()
