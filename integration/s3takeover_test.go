@@ -3,13 +3,11 @@ package integration
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testenv"
-	"github.com/tenurehq/tenure/runner"
 )
 
 // The takeover tests of takeover_test.go on coordination on S3
@@ -187,18 +185,7 @@ func TestS3LiveSwitchToObserveThenCut(t *testing.T) {
 // followed their own mode rather than the claim's promise, would show as
 // overlaps.
 func TestS3CanaryObserveRunnerCut(t *testing.T) {
-	var observeID string
-	var enforceIDs []string
-	for i := 0; observeID == "" || len(enforceIDs) < 2; i++ {
-		id := "k" + strconv.Itoa(i)
-		if runner.RolloutBucket(id) < 50 {
-			if observeID == "" {
-				observeID = id
-			}
-		} else if len(enforceIDs) < 2 {
-			enforceIDs = append(enforceIDs, id)
-		}
-	}
+	observeID, enforceIDs := canaryIDs()
 	rec := newRecorder(t)
 	c, rs := startS3TakeoverCluster(t, rec, s3TakeoverTaskLease, observeID, enforceIDs[0], enforceIDs[1])
 	setMode(t, c, "observe", 50, map[*runnerProc]string{rs[0]: "observe", rs[1]: "enforce", rs[2]: "enforce"})

@@ -254,10 +254,22 @@ func TestLiveSwitchToObserveThenCut(t *testing.T) {
 // claims were not made under enforcement, so the enforcing successors wait
 // for them to lapse: 0 concurrent runs of one task.
 func TestCanaryObserveRunnerCut(t *testing.T) {
-	// Two ids under the 50% cut (observe) and one above (enforce) would do;
-	// one observe runner and two enforcing ones is the sharper case.
-	var observeID string
-	var enforceIDs []string
+	observeID, enforceIDs := canaryIDs()
+	rec := newRecorder(t)
+	c, rs := startTakeoverCluster(t, rec, observeID, enforceIDs[0], enforceIDs[1])
+	setMode(t, c, "observe", 50, map[*runnerProc]string{rs[0]: "observe", rs[1]: "enforce", rs[2]: "enforce"})
+	refs := submitAudit(t, c, takeoverTasks)
+	_, running := cutWhileRunning(t, rec, rs[0])
+	moved := waitShardsMoved(t, c, enforceIDs)
+	requireStillRunning(t, rec, rs[0], running, moved)
+	checkSingleExecution(t, c, rec, refs)
+}
+
+// canaryIDs picks runner ids for a 50% canary: one under the cut (observe
+// at --rollout 50) and two above it (enforce). Two under the cut and one
+// above would do; one observe runner and two enforcing ones is the sharper
+// case.
+func canaryIDs() (observeID string, enforceIDs []string) {
 	for i := 0; observeID == "" || len(enforceIDs) < 2; i++ {
 		id := "k" + strconv.Itoa(i)
 		if runner.RolloutBucket(id) < 50 {
@@ -268,14 +280,7 @@ func TestCanaryObserveRunnerCut(t *testing.T) {
 			enforceIDs = append(enforceIDs, id)
 		}
 	}
-	rec := newRecorder(t)
-	c, rs := startTakeoverCluster(t, rec, observeID, enforceIDs[0], enforceIDs[1])
-	setMode(t, c, "observe", 50, map[*runnerProc]string{rs[0]: "observe", rs[1]: "enforce", rs[2]: "enforce"})
-	refs := submitAudit(t, c, takeoverTasks)
-	_, running := cutWhileRunning(t, rec, rs[0])
-	moved := waitShardsMoved(t, c, enforceIDs)
-	requireStillRunning(t, rec, rs[0], running, moved)
-	checkSingleExecution(t, c, rec, refs)
+	return observeID, enforceIDs
 }
 
 // TestSwitchAwayFromEnforceThenCut: the switch from enforce to observe
