@@ -62,6 +62,9 @@ type metrics struct {
 	stateBytes   prometheus.Histogram
 	stateLoadDur prometheus.Histogram
 	stateSaveDur prometheus.Histogram
+	// stateRefences counts activations that wrote the state back because a
+	// save of theirs might still land (see doubts).
+	stateRefences prometheus.Counter
 
 	// served and completed count the messages whose handler ran to an end
 	// (any outcome) and the task attempts that completed: Host.Activity
@@ -182,5 +185,7 @@ func (m *metrics) registerState(reg prometheus.Registerer) {
 		Help: "Time to load and fence an entity's state at activation.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
 	m.stateSaveDur = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "save_duration_seconds",
 		Help: "Time of one conditional state write.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
-	reg.MustRegister(loads, saves, m.stateBytes, m.stateLoadDur, m.stateSaveDur)
+	m.stateRefences = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refences_total",
+		Help: "Activations that wrote the state back, the stored epoch already theirs, because a save of unknown outcome might still land."})
+	reg.MustRegister(loads, saves, m.stateBytes, m.stateLoadDur, m.stateSaveDur, m.stateRefences)
 }

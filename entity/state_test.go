@@ -33,7 +33,24 @@ type stateOps struct {
 	// loseReply, while set, has the next write of a state object land and
 	// then fail, as a write whose answer was lost does.
 	loseReply atomic.Bool
+	// lateWrite, while set, has the next write of a state object fail at
+	// once, as a request its client gave up on does, and land only when
+	// the test calls landLate: S3 finishing a request it had received.
+	lateWrite atomic.Bool
+	late      chan func() error
 	held      chan struct{} // receives once per held commit
+}
+
+// landLate lands the write lateWrite held back and returns its outcome.
+func (s *stateOps) landLate(t *testing.T) error {
+	t.Helper()
+	select {
+	case land := <-s.late:
+		return land()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no state write was held back")
+		return nil
+	}
 }
 
 func (s *stateOps) count(op, key string) {
@@ -71,6 +88,14 @@ func (s *stateOps) Replace(ctx context.Context, key string, body []byte, ifMatch
 		<-ctx.Done()
 		return "", ctx.Err()
 	}
+	if strings.HasPrefix(key, state.Prefix) && s.lateWrite.CompareAndSwap(true, false) {
+		inner := s.ObjectStore
+		s.late <- func() error {
+			_, err := inner.Replace(context.Background(), key, body, ifMatch)
+			return err
+		}
+		return "", &storage.OpError{Op: "replace", Key: key, Err: fmt.Errorf("%w: no answer within the deadline", storage.ErrUnavailable)}
+	}
 	etag, err := s.ObjectStore.Replace(ctx, key, body, ifMatch)
 	if err == nil && strings.HasPrefix(key, state.Prefix) && s.loseReply.CompareAndSwap(true, false) {
 		return "", &storage.OpError{Op: "replace", Key: key, Err: fmt.Errorf("%w: the answer was lost", storage.ErrUnavailable)}
@@ -83,7 +108,7 @@ func (s *stateOps) Replace(ctx context.Context, key string, body []byte, ifMatch
 func stateEnv(t *testing.T) (*env, *stateOps) {
 	e := newEnv(t, 1)
 	_, e.definedCounter = onDefined.Load(t)
-	ops := &stateOps{counts: map[string]int{}, held: make(chan struct{}, 8)}
+	ops := &stateOps{counts: map[string]int{}, held: make(chan struct{}, 8), late: make(chan func() error, 1)}
 	e.wrap = func(_ string, s storage.ObjectStore) storage.ObjectStore {
 		ops.ObjectStore = s
 		return ops
@@ -98,7 +123,7 @@ type counterState struct {
 }
 
 // stateCounter is a durable counter: a call or task {"add":n} adds n and
-// saves; {"fail":true} saves then fails.
+// saves; {"fail":true} saves then fails; {"read":true} answers the total.
 type stateCounter struct {
 	st   *State[counterState]
 	runs *atomic.Int32
@@ -107,6 +132,9 @@ type stateCounter struct {
 type counterIn struct {
 	Add  int  `json:"add"`
 	Fail bool `json:"fail"`
+	// Read: only answer the total (no save; a defined counter saves only
+	// a change anyway).
+	Read bool `json:"read"`
 }
 
 func (c *stateCounter) apply(ctx context.Context, body []byte) ([]byte, error) {
@@ -114,6 +142,9 @@ func (c *stateCounter) apply(ctx context.Context, body []byte) ([]byte, error) {
 	var in counterIn
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, err
+	}
+	if in.Read {
+		return json.Marshal(c.st.Get())
 	}
 	c.st.Get().Total += in.Add
 	if err := c.st.Save(ctx); err != nil {
@@ -168,6 +199,8 @@ func TestStateOnDefinedTypes(t *testing.T) {
 	}{
 		{"SurvivesPassivation", TestStateSurvivesPassivation},
 		{"WriteOfUnknownOutcomeReloads", TestStateWriteOfUnknownOutcomeReloads},
+		{"WriteLandingLateIsRefused", TestStateWriteLandingLateIsRefused},
+		{"WriteLandingLateAfterReattach", TestStateWriteLandingLateAfterReattach},
 		{"StaleOwnerFenced", TestStateStaleOwnerFenced},
 		{"HandoffAndCrash", TestStateHandoffAndCrash},
 		{"TaskExactlyOnce", TestStateTaskExactlyOnce},
@@ -297,6 +330,77 @@ func TestStateWriteOfUnknownOutcomeReloads(t *testing.T) {
 	if env := e.stored("counter", "c1"); total(t, env) != 4 {
 		t.Fatalf("stored total %d, want 4", total(t, env))
 	}
+}
+
+// TestStateWriteLandingLateIsRefused: a save the runner gave up on (its
+// request sent, no answer in time) that S3 applies only after the entity
+// was activated again, under the same epoch. The activation writes the
+// object back (a refence), so the late write is refused by its If-Match
+// and what a call reads is what S3 holds. With a read alone, the late
+// write lands after it: S3 then holds an add that the memory, and every
+// later read, lacks (the failure TestCallOutcomesUnderFaults once saw).
+func TestStateWriteLandingLateIsRefused(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	b := e.counterHost(&runs, 0)
+	b.own(shard0, 100)
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":1}`)
+	ops.lateWrite.Store(true)
+	if got, err := b.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":2}`); err == nil {
+		t.Fatalf("a save with no answer: %q, want an error", got)
+	}
+	ops.take()
+	mustCall(t, b, "counter", "c1", `{"read":true}`, `{"total":1}`)
+	if got := ops.take(); got["get"] != 1 || got["put"] != 1 {
+		t.Fatalf("the activation after a save of unknown outcome: %v, want 1 GET + 1 PUT (a refence)", got)
+	}
+	if err := ops.landLate(t); !errors.Is(err, storage.ErrPrecondition) {
+		t.Fatalf("the late write: %v, want refused by its If-Match (the refence changed the ETag)", err)
+	}
+	stored := total(t, e.stored("counter", "c1"))
+	mustCall(t, b, "counter", "c1", `{"read":true}`, fmt.Sprintf(`{"total":%d}`, stored))
+	if got := ops.take(); len(got) != 0 {
+		t.Fatalf("a read after the refence: %v, want no request", got)
+	}
+	mustCall(t, b, "counter", "c1", `{"add":4}`, `{"total":5}`)
+	if got := total(t, e.stored("counter", "c1")); got != 5 {
+		t.Fatalf("stored total %d, want 5", got)
+	}
+	if v := testutil.ToFloat64(b.metrics.stateRefences); v != 1 {
+		t.Fatalf("refences = %v, want 1", v)
+	}
+	if n := b.doubts.len(); n != 0 {
+		t.Fatalf("%d objects still in doubt after the refence", n)
+	}
+}
+
+// TestStateWriteLandingLateAfterReattach: the same across a detachment
+// that keeps the lock. A save in flight when the runner detaches is cut
+// off; the shard is owned again under the same epoch (a new ownership),
+// and the entity's first activation there refences the object, so the
+// save that S3 applies afterwards is refused.
+func TestStateWriteLandingLateAfterReattach(t *testing.T) {
+	e, ops := stateEnv(t)
+	var runs atomic.Int32
+	b := e.counterHost(&runs, 0)
+	o := b.own(shard0, 100)
+	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":1}`)
+	ops.lateWrite.Store(true)
+	if _, err := b.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":2}`); err == nil {
+		t.Fatal("a save with no answer succeeded")
+	}
+	o.end(sharding.LossDetached)
+	b.ShardLost(o.Ownership, sharding.LossDetached)
+	b.own(shard0, 100)
+	ops.take()
+	mustCall(t, b, "counter", "c1", `{"read":true}`, `{"total":1}`)
+	if got := ops.take(); got["get"] != 1 || got["put"] != 1 {
+		t.Fatalf("the first activation after re-attaching: %v, want 1 GET + 1 PUT (a refence)", got)
+	}
+	if err := ops.landLate(t); !errors.Is(err, storage.ErrPrecondition) {
+		t.Fatalf("the late write: %v, want refused", err)
+	}
+	mustCall(t, b, "counter", "c1", `{"read":true}`, fmt.Sprintf(`{"total":%d}`, total(t, e.stored("counter", "c1"))))
 }
 
 // TestStateStaleOwnerFenced: a successor (higher epoch) activates the

@@ -153,24 +153,32 @@ func (c *stateCore) write(ctx context.Context, raw json.RawMessage, seq int64, r
 		next.Record(rec.Task, rec.Result, appliedKeep)
 	}
 	m := c.e.h.metrics
+	shard, epoch := c.e.own.Shard, c.e.own.Epoch
+	// In doubt from before the request is sent: a write in flight may land
+	// after an activation's read (see doubts).
+	c.e.h.doubts.begin(shard, epoch, c.key)
 	start := time.Now()
-	netag, err := c.e.h.states.Save(ctx, c.e.own.Shard, next, etag)
+	netag, err := c.e.h.states.Save(ctx, shard, next, etag)
 	m.stateSaveDur.Observe(time.Since(start).Seconds())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case err == nil:
+		c.e.h.doubts.end(shard, epoch, c.key, writeLanded)
 		m.stateSaves[stateOK].Inc()
 		m.stateBytes.Observe(float64(len(raw)))
 		c.env, c.etag, c.written, c.uncertain = next, netag, seq, nil
 		return nil
 	case errors.Is(err, state.ErrFenced):
+		c.e.h.doubts.end(shard, epoch, c.key, writeRefused)
 		m.stateSaves[stateConflict].Inc()
 		c.fenced = fmt.Errorf("entity %s/%s: %w", c.typ, c.id, err)
 		return c.fenced
 	case errors.Is(err, state.ErrTooLarge):
+		c.e.h.doubts.end(shard, epoch, c.key, writeRefused)
 		m.stateSaves[stateTooLarge].Inc()
 	default:
+		c.e.h.doubts.end(shard, epoch, c.key, writeUnknown)
 		m.stateSaves[stateError].Inc()
 		c.uncertain = fmt.Errorf("entity %s/%s: the outcome of a state write is unknown: %w", c.typ, c.id, err)
 	}
@@ -288,8 +296,20 @@ func (r *residency) activateState(b binder, typ, id string) (Entity, *stateCore,
 	ctx, cancel := context.WithTimeout(r.ctx, r.h.cfg.HookTimeout)
 	defer cancel()
 	start := time.Now()
-	env, etag, err := r.h.states.Fence(ctx, r.own.Shard, typ, id, r.own.Epoch, r.h.runnerID)
+	key := state.Key(r.own.Shard, typ, id)
+	fence := r.h.states.Fence
+	doubted := r.h.doubts.doubted(r.own.Shard, r.own.Epoch, key)
+	if doubted {
+		// A write of ours may still land: write the object back so that
+		// it cannot land after this read (see doubts).
+		fence = r.h.states.Refence
+		m.stateRefences.Inc()
+	}
+	env, etag, err := fence(ctx, r.own.Shard, typ, id, r.own.Epoch, r.h.runnerID)
 	m.stateLoadDur.Observe(time.Since(start).Seconds())
+	if err == nil && doubted {
+		r.h.doubts.refenced(r.own.Shard, r.own.Epoch, key)
+	}
 	switch {
 	case errors.Is(err, state.ErrCorrupt):
 		m.stateLoads[stateCorrupt].Inc()
@@ -306,7 +326,7 @@ func (r *residency) activateState(b binder, typ, id string) (Entity, *stateCore,
 	default:
 		m.stateLoads[stateAbsent].Inc()
 	}
-	c := &stateCore{e: &r.shardRef, typ: typ, id: id, key: state.Key(r.own.Shard, typ, id),
+	c := &stateCore{e: &r.shardRef, typ: typ, id: id, key: key,
 		behind: b.options().writeBehind, env: env, etag: etag}
 	ent, err := b.bind(c)
 	if err != nil {

@@ -19,6 +19,13 @@
 // newer than the caller's refuses the Fence itself. No write is
 // unconditional, so a stale owner can never overwrite its successor.
 //
+// A write whose outcome is unknown (a timeout, a lost answer, a request
+// cancelled after it was sent) may still land later, under the same
+// epoch. An owner that may have such a write in flight activates the
+// entity with Refence instead: the same GET, then always a conditional
+// write, so that the late write either shows in what was read or is
+// refused, its If-Match gone.
+//
 // The package does not import entity: the host (package entity) and the
 // operator commands (tenure entity state get|delete) build on it.
 package state

@@ -76,6 +76,24 @@ const fenceTries = 3
 // null state). A newer stored epoch is a *FencedError: the shard has
 // moved on. It returns the envelope as stored and its ETag.
 func (s *Store) Fence(ctx context.Context, shard storage.ShardID, typ, id string, epoch int64, runnerID string) (*Envelope, string, error) {
+	return s.fence(ctx, shard, typ, id, epoch, runnerID, false)
+}
+
+// Refence is Fence for an ownership that may have a write of the object
+// still in flight (one whose outcome was unknown: a timeout, a lost
+// answer, a cancelled request that the server may yet apply): it writes
+// the object back even when the stored epoch is already epoch, a
+// conditional Replace that gives it a new ETag. A write still in flight
+// then either landed before the GET (and its effect is in what Refence
+// returns), or lands between the GET and the Replace (which is refused
+// and read again), or comes later and is refused, its If-Match gone. A
+// GET alone would leave the caller's memory without a write that lands
+// after it. It costs a GET and a PUT.
+func (s *Store) Refence(ctx context.Context, shard storage.ShardID, typ, id string, epoch int64, runnerID string) (*Envelope, string, error) {
+	return s.fence(ctx, shard, typ, id, epoch, runnerID, true)
+}
+
+func (s *Store) fence(ctx context.Context, shard storage.ShardID, typ, id string, epoch int64, runnerID string, rewrite bool) (*Envelope, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.timeout)
 	defer cancel()
 	key := Key(shard, typ, id)
@@ -99,7 +117,7 @@ func (s *Store) Fence(ctx context.Context, shard storage.ShardID, typ, id string
 			return env, etag, nil
 		case err != nil:
 			return nil, "", err
-		case env.Epoch == epoch:
+		case env.Epoch == epoch && !rewrite:
 			return env, etag, nil
 		case env.Epoch > epoch:
 			return nil, "", &FencedError{Key: key, Epoch: epoch, Stored: env.Epoch}

@@ -112,6 +112,47 @@ func TestS3FenceAndSave(t *testing.T) {
 	}
 }
 
+// TestS3RefenceRefusesALateWrite: against real S3, a save of epoch 10
+// sent from the version a GET returned, and applied only after a refence
+// of the same epoch, is refused: the refence wrote the object back (new
+// ETag, same state and epoch) although it already recorded the epoch,
+// where a Fence only reads it and lets the late save land.
+func TestS3RefenceRefusesALateWrite(t *testing.T) {
+	s, _ := s3Store(t)
+	ctx := testCtx(t)
+	env, tag, err := s.Fence(ctx, shard, "counter", "c1", 10, "runner-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.State = json.RawMessage(`{"total":1}`)
+	if tag, err = s.Save(ctx, shard, env, tag); err != nil {
+		t.Fatal(err)
+	}
+	late := env.Clone()
+	late.State = json.RawMessage(`{"total":3}`)
+
+	// A Fence of the same epoch only reads: the late save still lands.
+	if _, ftag, err := s.Fence(ctx, shard, "counter", "c1", 10, "runner-a"); err != nil || ftag != tag {
+		t.Fatalf("Fence of the same epoch: %v, etag %q want %q (read only)", err, ftag, tag)
+	}
+	// A Refence writes it back: the same state and epoch, a new ETag.
+	re, retag, err := s.Refence(ctx, shard, "counter", "c1", 10, "runner-a")
+	if err != nil || retag == tag || re.Epoch != 10 || re.Rev != env.Rev+1 || string(re.State) != `{"total":1}` {
+		t.Fatalf("Refence: %v %+v etag %q (old %q), want rev %d, the state kept, a new ETag", err, re, retag, tag, env.Rev+1)
+	}
+	if _, err := s.Save(ctx, shard, late, tag); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the late save after the refence: %v, want ErrFenced", err)
+	}
+	stored, stag, err := s.Get(ctx, shard, "counter", "c1")
+	if err != nil || stag != retag || string(stored.State) != `{"total":1}` {
+		t.Fatalf("stored after the late save: %v %+v", err, stored)
+	}
+	// Refence of an absent object creates it, as Fence does.
+	if created, _, err := s.Refence(ctx, shard, "counter", "c2", 10, "runner-a"); err != nil || created.Rev != 1 || created.HasState() {
+		t.Fatalf("Refence absent: %v %+v", err, created)
+	}
+}
+
 // TestS3FenceRace: two fences of different epochs race on an absent
 // object; whatever the order, the newer epoch is stored and the older
 // owner's save is refused.
