@@ -68,6 +68,7 @@ var knownMetrics = map[string]string{
 
 	"tenure_entity_state_loads_total":           "counter",
 	"tenure_entity_state_saves_total":           "counter",
+	"tenure_entity_state_refences_total":        "counter",
 	"tenure_entity_state_bytes":                 "histogram",
 	"tenure_entity_state_load_duration_seconds": "histogram",
 	"tenure_entity_state_save_duration_seconds": "histogram",
