@@ -50,10 +50,16 @@
 // clock that runs no slower than the store's (the margin covers drift).
 // Nobody judges a lease lapsed while its holder may still act on it.
 //
-// A lapsed lease never revives. Its holder's KeepAlive reports
-// storage.ErrLeaseLost, and ends the session, when the last confirmed
-// expiry has certainly passed or when its write loses and a re-read shows
-// a tombstone, another lease or no record. (A re-read that shows its own
+// A lease its holder knows to have lapsed never revives: its KeepAlive
+// reports storage.ErrLeaseLost, and ends the session, when the last
+// confirmed expiry has certainly passed by its own reading of the store's
+// clock, or when its write loses and a re-read shows a tombstone, another
+// lease or no record. Another reader, whose reading is tighter, may judge
+// the lease lapsed a little sooner and then see it renewed (its locks
+// leave the membership view and come back under the same epochs): the
+// renewal landed before any tombstone, so nobody had taken a lock of it
+// (a take tombstones the record first), and the holder had detached by
+// its own deadline meanwhile. (A re-read that shows its own
 // renewal counter means the write landed and its answer was lost: that is
 // a success; one that shows an older write of its own lease, unexpired,
 // is renewed on top.)

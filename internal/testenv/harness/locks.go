@@ -180,7 +180,9 @@ func (l *LockTimeline) Wait() { <-l.done }
 // end. Arrivals trail the changes, so this errs towards "held". On a
 // polled timeline (NewPolledLockTimeline) the tenure must also have been
 // first observed by start plus the poll lag, unless a re-listing first
-// showed it.
+// showed it; and where the poll showed it in several spans (a lease it
+// judged lapsed, renewed by its holder after all), the execution must fit
+// in one of them.
 func (l *LockTimeline) HeldThroughout(shard storage.ShardID, runner string, epoch int64, start, end time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -197,10 +199,50 @@ func (l *LockTimeline) liveLocked(shard storage.ShardID, runner string, epoch in
 		return LockVerdict{Why: "the lock watch never showed the tenure"}
 	}
 	v.seen = true
-	if first := evs[i]; l.lag > 0 && !first.Resync && first.At.After(start.Add(l.lag)) {
+	if l.lag == 0 {
+		return l.spanLocked(evs, i, same, start, end)
+	}
+	// A polled timeline may show the tenure in several spans: a poll drops
+	// the locks of a lease it judges lapsed (its reading of the store's
+	// clock certainly past the expiry), and the holder, whose own reading
+	// is less certain, may still renew it; the next poll shows the same
+	// locks again. The same epoch proves the lock never changed hands in
+	// between (a take writes epoch + 1, and a lapsed lease is taken only
+	// after its record is tombstoned, which forbids the renewal), as long
+	// as the poll showed no other tenure between the spans; so the
+	// execution is judged against the span it began in: it must fit in
+	// one span, begin after the previous span's end arrived, and a span's
+	// observation edge is held to the lag as the first one's is (with no
+	// exception for a re-listing: the poll had seen the lease lapse, and
+	// only a renewal observed in time shows that the execution began
+	// under it).
+	if first := evs[i]; !first.Resync && first.At.After(start.Add(l.lag)) {
 		v.Why = fmt.Sprintf("the tenure was first observed at %s, past the start plus the poll lag (%s)", stamp(first.At), l.lag)
 		return v
 	}
+	v = l.spanLocked(evs, i, same, start, end)
+	for j := i + 1; j < len(evs) && !v.Held; j++ {
+		if h := evs[j].Holder; h != "" && !same(evs[j]) {
+			break // another tenure in between: the lock changed hands
+		}
+		if !same(evs[j]) || same(evs[j-1]) {
+			continue // not the start of a span
+		}
+		if evs[j].At.After(start.Add(l.lag)) {
+			break // this span, and any later one, was observed after the execution began
+		}
+		if !start.After(evs[j-1].At) {
+			continue // the execution ran across the previous span's end
+		}
+		v = l.spanLocked(evs, j, same, start, end)
+	}
+	return v
+}
+
+// spanLocked judges [start, end] against the span of the tenure that
+// evs[i] begins: no change that ends it may arrive before end.
+func (l *LockTimeline) spanLocked(evs []LockChange, i int, same func(LockChange) bool, start, end time.Time) (v LockVerdict) {
+	v.seen = true
 	for _, ch := range evs[i+1:] {
 		if same(ch) {
 			continue // the same tenure, listed again

@@ -96,6 +96,17 @@ func TestPolledLockLogJudgesAcquisition(t *testing.T) {
 		{"first shown by a re-listing, late", []change{{2500, put(sh, "r", 5), true}}, true},
 		{"released during the execution", []change{{0, put(sh, "r", 5), false}, {1500, del(sh), false}}, false},
 		{"taken by another just after the end", []change{{0, put(sh, "r", 5), false}, {2001, put(sh, "q", 6), false}}, true},
+		// A poll judged the lease lapsed and dropped its locks; the holder
+		// renewed it after all, and the next poll shows the same tenure
+		// again (a recorded S3 soak, 2026-12-02: 42 executions after the
+		// renewal were flagged against the first span's end).
+		{"in the span after a lapse the holder renewed", []change{{0, put(sh, "r", 5), false}, {700, del(sh), false}, {900, put(sh, "r", 5), false}}, true},
+		{"the renewal observed within the lag of the start", []change{{0, put(sh, "r", 5), false}, {900, del(sh), false}, {1200, put(sh, "r", 5), false}}, true},
+		{"the renewal observed past the lag", []change{{0, put(sh, "r", 5), false}, {900, del(sh), false}, {1201, put(sh, "r", 5), false}}, false},
+		{"the renewal first shown by a re-listing, late", []change{{0, put(sh, "r", 5), false}, {900, del(sh), false}, {1500, put(sh, "r", 5), true}}, false},
+		{"running when the lapse was observed", []change{{0, put(sh, "r", 5), false}, {1050, del(sh), false}, {1100, put(sh, "r", 5), false}}, false},
+		{"ended by a lapse during the second span", []change{{0, put(sh, "r", 5), false}, {700, del(sh), false}, {900, put(sh, "r", 5), false}, {1500, del(sh), false}}, false},
+		{"another holder between the spans", []change{{0, put(sh, "r", 5), false}, {700, put(sh, "q", 6), false}, {900, put(sh, "r", 5), false}}, false},
 	} {
 		l := NewPolledLockTimeline(lag)
 		for _, c := range tc.log {
