@@ -16,16 +16,23 @@ import (
 // therefore refences it (state.Store.Refence): a conditional write that
 // changes the ETag, after which the late write can no longer land.
 //
-// It lives on the Host, not on an ownership, because a detachment that
-// keeps the shard lock ends the ownership and the next one has the same
-// epoch, while the ended one's writes may still be in flight.
+// It lives on the Host, not on an ownership, because the next ownership
+// of a shard here may have the same epoch while the ended one's writes
+// are still in flight: after a detachment that kept the lock; after a
+// lock lost to a polled store's listing that missed it while the lease
+// still held it (the runner acquires it again at its epoch); after a
+// planned release whose lock delete failed, if the shard is assigned back.
+// No end of an ownership proves that its epoch will not return here, so
+// doubts are not dropped when one ends.
 //
 // Invariants: entries are kept per shard for one epoch, the newest seen;
 // a key is present while a write of it is in flight (inflight > 0) or its
 // last unknown outcome has not been settled by a landed write or a
 // refence since (unknown). Doubts of an older epoch are dropped when a
 // newer one appears: the newer ownership's first activation writes the
-// object anyway (its stored epoch is older), which refuses them all.
+// object anyway (its stored epoch is older), which refuses them all. So
+// what is kept is bounded by the keys whose last save under the newest
+// epoch seen of each shard ended unknown.
 type doubts struct {
 	mu     sync.Mutex
 	shards map[storage.ShardID]*shardDoubts
@@ -137,16 +144,6 @@ func (d *doubts) refenced(shard storage.ShardID, epoch int64, key string) {
 	if dt := d.entry(shard, epoch, key, false); dt != nil {
 		dt.unknown = false
 		d.tidy(shard, key, dt)
-	}
-}
-
-// forget drops the shard's doubts of epoch: its ownership ended for good
-// (released, lock lost, stopped), so that epoch never returns here.
-func (d *doubts) forget(shard storage.ShardID, epoch int64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if sd := d.shards[shard]; sd != nil && sd.epoch == epoch {
-		delete(d.shards, shard)
 	}
 }
 

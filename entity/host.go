@@ -251,7 +251,6 @@ func (h *Host) ShardReleasing(ctx context.Context, o sharding.Ownership) {
 		e.msgs.cancelCalls(fmt.Errorf("shard %s released before its running messages finished (the handoff wait ended: %v)", o.Shard, context.Cause(ctx)))
 	}
 	h.routes.CompareAndDelete(o.Shard, e)
-	h.doubts.forget(o.Shard, o.Epoch) // the lock goes: this epoch never returns
 }
 
 // ShardLost abandons the shard: its handlers have been cancelled; their
@@ -265,11 +264,6 @@ func (h *Host) ShardLost(o sharding.Ownership, reason sharding.LossReason) {
 	}
 	h.log.Debug("shard lost; abandoning its tasks to takeover", "shard", o.Shard.String(), "reason", reason)
 	h.routes.CompareAndDelete(o.Shard, e)
-	if reason != sharding.LossDetached {
-		// A detachment may keep the lock, and the next ownership the
-		// epoch; any other loss ends the epoch here.
-		h.doubts.forget(o.Shard, o.Epoch)
-	}
 	e.fate.decide(nil, false)
 	name := fmt.Sprintf("shard %s (epoch %d) winding down", o.Shard, o.Epoch)
 	if err := h.work.Go(name, func(context.Context) { e.awaitInterrupt(string(reason)) }); err != nil {

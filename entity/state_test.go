@@ -201,6 +201,7 @@ func TestStateOnDefinedTypes(t *testing.T) {
 		{"WriteOfUnknownOutcomeReloads", TestStateWriteOfUnknownOutcomeReloads},
 		{"WriteLandingLateIsRefused", TestStateWriteLandingLateIsRefused},
 		{"WriteLandingLateAfterReattach", TestStateWriteLandingLateAfterReattach},
+		{"WriteLandingLateAfterLockReturns", TestStateWriteLandingLateAfterLockReturns},
 		{"StaleOwnerFenced", TestStateStaleOwnerFenced},
 		{"HandoffAndCrash", TestStateHandoffAndCrash},
 		{"TaskExactlyOnce", TestStateTaskExactlyOnce},
@@ -380,6 +381,26 @@ func TestStateWriteLandingLateIsRefused(t *testing.T) {
 // and the entity's first activation there refences the object, so the
 // save that S3 applies afterwards is refused.
 func TestStateWriteLandingLateAfterReattach(t *testing.T) {
+	lateWriteAcrossEpochReturn(t, sharding.LossDetached)
+}
+
+// TestStateWriteLandingLateAfterLockReturns: the same when the ownership
+// ended for a reason that seems to end the epoch, and the epoch came back
+// all the same: a lock lost to a polled store's listing that missed it
+// (the lease still held it, and the runner acquires it again at its
+// epoch), and a planned release whose lock delete failed (the lock stays
+// held, and is acquired again at its epoch if the shard is assigned back).
+// The doubts of the ended ownership must outlive it in both.
+func TestStateWriteLandingLateAfterLockReturns(t *testing.T) {
+	lateWriteAcrossEpochReturn(t, sharding.LossLockLost)
+	lateWriteAcrossEpochReturn(t, sharding.LossReleased)
+}
+
+// lateWriteAcrossEpochReturn: a save of unknown outcome, the ownership
+// ended for reason, the shard owned again under the same epoch; the
+// first activation must refence, and the late save be refused.
+func lateWriteAcrossEpochReturn(t *testing.T, reason sharding.LossReason) {
+	t.Helper()
 	e, ops := stateEnv(t)
 	var runs atomic.Int32
 	b := e.counterHost(&runs, 0)
@@ -387,18 +408,22 @@ func TestStateWriteLandingLateAfterReattach(t *testing.T) {
 	mustCall(t, b, "counter", "c1", `{"add":1}`, `{"total":1}`)
 	ops.lateWrite.Store(true)
 	if _, err := b.call(ctxFor(t, 10*time.Second), "counter", "c1", `{"add":2}`); err == nil {
-		t.Fatal("a save with no answer succeeded")
+		t.Fatalf("%s: a save with no answer succeeded", reason)
 	}
-	o.end(sharding.LossDetached)
-	b.ShardLost(o.Ownership, sharding.LossDetached)
+	o.end(reason)
+	if reason == sharding.LossReleased {
+		b.ShardReleasing(ctxFor(t, 10*time.Second), o.Ownership)
+	} else {
+		b.ShardLost(o.Ownership, reason)
+	}
 	b.own(shard0, 100)
 	ops.take()
 	mustCall(t, b, "counter", "c1", `{"read":true}`, `{"total":1}`)
 	if got := ops.take(); got["get"] != 1 || got["put"] != 1 {
-		t.Fatalf("the first activation after re-attaching: %v, want 1 GET + 1 PUT (a refence)", got)
+		t.Fatalf("%s: the first activation under the same epoch again: %v, want 1 GET + 1 PUT (a refence)", reason, got)
 	}
 	if err := ops.landLate(t); !errors.Is(err, storage.ErrPrecondition) {
-		t.Fatalf("the late write: %v, want refused", err)
+		t.Fatalf("%s: the late write: %v, want refused", reason, err)
 	}
 	mustCall(t, b, "counter", "c1", `{"read":true}`, fmt.Sprintf(`{"total":%d}`, total(t, e.stored("counter", "c1"))))
 }

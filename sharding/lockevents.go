@@ -74,6 +74,9 @@ func (m *Manager) absorb(batches []storage.MembershipBatch) reaction {
 		if c.kind == storage.EventDelete && !own && m.assignment[c.shard] == m.self.ID {
 			wanted[c.shard] = true
 		}
+		if m.strayPut(c, lease) {
+			r.rebalance = true // its assignee waits: release it soon (stray.go)
+		}
 	}
 	// A shard freed by a departing runner and meant for another successor
 	// becomes ours when a later change turns it to us — that successor

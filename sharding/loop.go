@@ -99,10 +99,12 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 			release = append(release, s)
 		}
 	}
+	strays := m.straysLocked(mine)
 	m.mu.Unlock()
 	// Detached or stopping, releaseAll stops: the rest waits for the
 	// next pass.
 	m.releaseAll(ctx, release)
+	m.releaseStrays(ctx, strays)
 	m.acquireWanted(ctx, false)
 	m.metrics.rebalance.Observe(time.Since(start).Seconds())
 	return next

@@ -140,7 +140,7 @@ func TestMetricsRegistered(t *testing.T) {
 		"tenure_sharding_detached", "tenure_sharding_attachments_total", "tenure_sharding_lease_keepalive_failures_total",
 		"tenure_sharding_lease_keepalive_failure_streak", "tenure_sharding_lease_deadline_lag_seconds",
 		"tenure_sharding_acquire_retry_attempts_total", "tenure_sharding_acquire_retry_window_exhausted_total",
-		"tenure_sharding_owned_shards", "tenure_sharding_assigned_shards",
+		"tenure_sharding_owned_shards", "tenure_sharding_assigned_shards", "tenure_sharding_stray_locks_released_total",
 	} {
 		if !have[name] {
 			t.Errorf("metric %s not registered", name)

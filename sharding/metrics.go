@@ -20,6 +20,7 @@ type metrics struct {
 	owned               prometheus.Gauge
 	assigned            prometheus.Gauge
 	locksLost           prometheus.Counter
+	straysReleased      prometheus.Counter
 	storageErrors       *prometheus.CounterVec // op
 	handoff             prometheus.Histogram
 	rebalance           prometheus.Histogram
@@ -55,6 +56,8 @@ func newMetrics(reg prometheus.Registerer, deadlineLag func() float64) *metrics 
 			Help: "Shards the assignment gives this runner."}),
 		locksLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "locks_lost_total",
 			Help: "Owned shard locks found deleted or taken by another lease."}),
+		straysReleased: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stray_locks_released_total",
+			Help: "Locks of this runner's lease that nothing ran on (a listing had missed them, or a release had failed), released for their assignees."}),
 		storageErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "storage_errors_total",
 			Help: "Runner-store calls that failed, by operation."}, []string{"op"}),
 		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "handoff_duration_seconds",
@@ -68,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, deadlineLag func() float64) *metrics 
 		Help: "Conservative lease deadline minus now; the runner detaches when it falls to the detach margin."}, deadlineLag)
 	reg.MustRegister(m.detached, m.detachments, m.attachments, m.wouldDetach, m.keepAliveFailures,
 		m.keepAliveStreak, m.keepAliveRTT, m.leaseLost, m.acquireRetries, m.retryWindowExhausts, m.owned, m.assigned,
-		m.locksLost, m.storageErrors, m.handoff, m.rebalance, lag)
+		m.locksLost, m.straysReleased, m.storageErrors, m.handoff, m.rebalance, lag)
 	m.detached.Set(1) // a runner starts detached until its first keep-alive
 	return m
 }

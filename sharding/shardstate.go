@@ -88,7 +88,7 @@ var shardTransitions = []struct {
 	{shardSuspended, shardOwned, "re-verified (or re-acquired by our lease) while attached"},
 	{shardSuspended, shardSuspended, "re-verified or re-acquired, but the attachment ended again"},
 	{shardSuspended, shardPending, "acquire: held elsewhere, so our lock is gone"},
-	{shardSuspended, shardFree, "re-verification failed; the lock is seen deleted or missing from a listing; the lease is lost; the manager stops"},
+	{shardSuspended, shardFree, "re-verification failed; the lock is seen deleted or missing from a listing; released as a stray (stray.go); the lease is lost; the manager stops"},
 }
 
 var shardMoveAllowed = func() (ok [numShardStates][numShardStates]bool) {

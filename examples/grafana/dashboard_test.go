@@ -33,6 +33,7 @@ var knownMetrics = map[string]string{
 	"tenure_sharding_owned_shards":                         "gauge",
 	"tenure_sharding_assigned_shards":                      "gauge",
 	"tenure_sharding_locks_lost_total":                     "counter",
+	"tenure_sharding_stray_locks_released_total":           "counter",
 	"tenure_sharding_storage_errors_total":                 "counter",
 	"tenure_sharding_handoff_duration_seconds":             "histogram",
 	"tenure_sharding_rebalance_duration_seconds":           "histogram",
