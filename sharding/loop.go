@@ -51,6 +51,7 @@ func (m *Manager) loop(ctx context.Context) {
 		case b := <-m.membership:
 			m.onMembership(ctx, b)
 		case <-retry.C:
+			m.retryStrays(ctx)
 			if m.retryDue() {
 				m.acquireWanted(ctx, true)
 			} else if m.windowExhausted() {

@@ -87,6 +87,28 @@ func (m *Manager) releaseStrays(ctx context.Context, shards []storage.ShardID) {
 	}
 }
 
+// retryStrays releases, at each acquire retry tick, the Suspended strays
+// of shards assigned elsewhere: a release whose delete failed is tried
+// again within AcquireRetryInterval, not at the next pass, which may come
+// a whole RebalanceInterval later — past the storage-error grace that the
+// failure started, when a healthy store would have answered the retry.
+// While attached nothing else is Suspended for long. Loop goroutine.
+func (m *Manager) retryStrays(ctx context.Context) {
+	if _, _, _, ok := m.attachedGen(); !ok {
+		return
+	}
+	mine := m.assigned()
+	m.mu.Lock()
+	var out []storage.ShardID
+	for _, s := range m.shards.inState(shardSuspended) {
+		if !mine[s] {
+			out = append(out, s)
+		}
+	}
+	m.mu.Unlock()
+	m.releaseStrays(ctx, out)
+}
+
 // strayPut reports whether a lock put the view absorbed shows a lock of
 // lease (ours) on a shard where nothing of ours runs and that the
 // assignment gives to another runner: a stray for the next pass. Under mu.

@@ -199,13 +199,15 @@ func (s *failFirstReleaseSession) ReleaseShard(ctx context.Context, sh storage.S
 
 // TestFailedReleaseRetried: a planned release whose lock delete fails
 // leaves the lock held by the runner's lease, with nothing running on it
-// (Suspended). The next pass releases it for its assignee, though the
-// runner stays attached: before, only a re-attachment looked at it again,
-// and the assignee waited for as long as the lease lived.
+// (Suspended). It is released for its assignee at the next acquire retry
+// tick, the runner attached throughout (the retry's success answers the
+// storage-error grace the failure started): before, only a re-attachment
+// looked at it again, and the assignee waited for as long as the lease
+// lived. No safety pass runs within the test.
 func TestFailedReleaseRetried(t *testing.T) {
 	testenv.CheckLeaks(t)
 	cfg := testConfig()
-	cfg.RebalanceInterval = time.Second // the next pass comes from the safety timer
+	cfg.RebalanceInterval = time.Minute
 	c := newCluster(t, 16, cfg)
 	ff := &failFirstRelease{}
 	a := c.startWith("a", 1, func(s storage.RunnerStore) storage.RunnerStore {
@@ -223,15 +225,15 @@ func TestFailedReleaseRetried(t *testing.T) {
 		}
 	}
 	released := testutil.ToFloat64(a.mgr.metrics.straysReleased)
-	t.Logf("the newcomer owns %d shards; %d releases failed, %v locks released on a later pass", toB, ff.failures(), released)
+	t.Logf("the newcomer owns %d shards; %d releases failed, %v locks released on a retry", toB, ff.failures(), released)
 	if toB == 0 || ff.failures() != toB || released != float64(toB) {
 		t.Fatalf("%d releases failed and %v released later, want both the newcomer's %d shards", ff.failures(), released, toB)
 	}
 	if a.mgr.Status().Attached != true {
-		t.Fatal("the runner detached: the test proves nothing of a pass while attached")
+		t.Fatal("the runner detached: the test proves nothing of a retry while attached")
 	}
 	if n := len(a.transitionsOf(detachment.Detached)); n != 0 {
-		t.Fatalf("the runner detached %d times: a re-attachment, not the pass, may have released the locks", n)
+		t.Fatalf("the runner detached %d times: a re-attachment, not the retry, may have released the locks", n)
 	}
 	c.ledger.checkNoOverlap(t)
 }
