@@ -17,7 +17,10 @@
 // makes its first acquisition once the membership has settled
 // (settle.go), so that runners started together each lock their final
 // share at once; a shard held elsewhere is taken when the stream shows its
-// lock deleted, not polled for (acquire.go). The procedure is
+// lock deleted, not polled for (acquire.go). A lock our lease holds while
+// nothing of ours runs on it (a release whose delete failed; on a polled
+// store, a lock a listing missed) is released for its assignee
+// (stray.go). The procedure is
 // versioned by the cluster meta (ClusterProcedure reads it): a cluster
 // keeps the one it was created with.
 package sharding

@@ -19,9 +19,7 @@ import (
 // assignment gives us is acquired again by acquireWanted (a lock of our
 // lease is Acquired at its epoch). One the assignment gives to another
 // runner must be released: its assignee waits for the lock's deletion,
-// and nothing else deletes it while our lease lives. Once (on S3, before
-// this pass existed) such a lock kept a shard from its assignee for as
-// long as the test ran.
+// and nothing else deletes it while our lease lives.
 
 // straysLocked returns, sorted, the shards whose lock may be a stray of
 // ours and that the assignment mine does not give us. Under mu.
