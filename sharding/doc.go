@@ -10,7 +10,9 @@
 // (membership.go) — and on the assignment placement computes from it. Two
 // properties make the runners agree without talking to each other: the
 // view is always the state of etcd at some revision, never a lock change
-// without the runner change that explains it; and the assignment maps every
+// without the runner change that explains it (a polled store, s3coord,
+// comes close: its listings are not snapshots, so a lock written while one
+// ran can be missing from it until the next poll); and the assignment maps every
 // state a hand-over passes through to the hand-over's end state. So a
 // runner that has seen any revision of a hand-over moves only the shards
 // the hand-over moves, straight to their new owners. A starting runner
