@@ -94,12 +94,7 @@ func (m *Manager) rebalance(ctx context.Context, fresh bool) time.Duration {
 	}
 	mine := m.assigned()
 	m.mu.Lock()
-	var release []storage.ShardID
-	for _, s := range m.shards.inState(shardOwned) {
-		if !mine[s] {
-			release = append(release, s)
-		}
-	}
+	release := m.assignedElsewhereLocked(shardOwned, mine)
 	strays := m.straysLocked(mine)
 	m.mu.Unlock()
 	// Detached or stopping, releaseAll stops: the rest waits for the

@@ -97,14 +97,21 @@ func (m *Manager) retryStrays(ctx context.Context) {
 	}
 	mine := m.assigned()
 	m.mu.Lock()
+	out := m.assignedElsewhereLocked(shardSuspended, mine)
+	m.mu.Unlock()
+	m.releaseStrays(ctx, out)
+}
+
+// assignedElsewhereLocked returns, sorted, the shards in state st that the
+// assignment mine does not give us. Under mu.
+func (m *Manager) assignedElsewhereLocked(st shardState, mine map[storage.ShardID]bool) []storage.ShardID {
 	var out []storage.ShardID
-	for _, s := range m.shards.inState(shardSuspended) {
+	for _, s := range m.shards.inState(st) {
 		if !mine[s] {
 			out = append(out, s)
 		}
 	}
-	m.mu.Unlock()
-	m.releaseStrays(ctx, out)
+	return out
 }
 
 // strayPut reports whether a lock put the view absorbed shows a lock of

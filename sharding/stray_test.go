@@ -131,13 +131,7 @@ func TestStrayLockReleased(t *testing.T) {
 	}
 	inj.send(t, storage.MembershipBatch{Revision: rev, Events: again})
 
-	own := c.waitConverged(c.members(), 10*time.Second)
-	toB := 0
-	for _, r := range own {
-		if r == "b" {
-			toB++
-		}
-	}
+	toB := ownedBy(c.waitConverged(c.members(), 10*time.Second), "b")
 	// The newcomer's shards came from stray locks, and from shards the
 	// runner had acquired again after the listing (its assignment then,
 	// from a view with no lock held, differs a little from the one after)
@@ -217,13 +211,7 @@ func TestFailedReleaseRetried(t *testing.T) {
 	c.waitConverged(c.members(), 10*time.Second)
 	ff.arm()
 	c.start("b", 1)
-	own := c.waitConverged(c.members(), 15*time.Second)
-	toB := 0
-	for _, r := range own {
-		if r == "b" {
-			toB++
-		}
-	}
+	toB := ownedBy(c.waitConverged(c.members(), 15*time.Second), "b")
 	released := testutil.ToFloat64(a.mgr.metrics.straysReleased)
 	t.Logf("the newcomer owns %d shards; %d releases failed, %v locks released on a retry", toB, ff.failures(), released)
 	if toB == 0 || ff.failures() != toB || released != float64(toB) {
@@ -236,4 +224,15 @@ func TestFailedReleaseRetried(t *testing.T) {
 		t.Fatalf("the runner detached %d times: a re-attachment, not the retry, may have released the locks", n)
 	}
 	c.ledger.checkNoOverlap(t)
+}
+
+// ownedBy counts the shards own gives to runner.
+func ownedBy(own map[storage.ShardID]string, runner string) int {
+	n := 0
+	for _, r := range own {
+		if r == runner {
+			n++
+		}
+	}
+	return n
 }
