@@ -202,6 +202,10 @@ func TestFailedReleaseRetried(t *testing.T) {
 	testenv.CheckLeaks(t)
 	cfg := testConfig()
 	cfg.RebalanceInterval = time.Minute
+	// Room on a busy machine for the retry's read to answer the failures'
+	// storage-error grace; without the retry nothing answers it before
+	// the pass a minute away, and the runner still detaches.
+	cfg.Detachment.StorageErrorGrace = 3 * time.Second
 	c := newCluster(t, 16, cfg)
 	ff := &failFirstRelease{}
 	a := c.startWith("a", 1, func(s storage.RunnerStore) storage.RunnerStore {
